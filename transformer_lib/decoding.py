@@ -1,0 +1,121 @@
+"""Turning a trained model into output sequences: greedy decoding and beam search.
+
+Both decode incrementally with a key/value cache by default: each step feeds only the newest token
+and reuses the keys and values computed at earlier steps, so a step costs O(L) instead of O(L^2).
+``use_cache=False`` recomputes everything from scratch; the two give the same tokens.
+
+Both return a (B, T) int64 tensor that starts with ``bos_id``; after a sequence's ``eos_id`` the
+remaining positions hold the model's ``pad_id``.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.nn import functional as F
+
+from ._checks import check_positive_int, check_tensor
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """Decode with dropout off, then restore the caller's mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _check_decode_args(src, max_len):
+    check_tensor("src", src, ndim=2)
+    check_positive_int("max_len", max_len)
+
+
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id, use_cache=True):
+    """Pick the most probable next token at each step, for at most ``max_len`` new tokens."""
+    _check_decode_args(src, max_len)
+    with _eval_mode(model):
+        batch = src.size(0)
+        memory = model.encode(src)  # (B, Ls, d)
+        ys = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        cache = model.decoder.new_cache() if use_cache else None
+        for _ in range(max_len):
+            if use_cache:
+                logits = model.decode(ys[:, -1:], memory, src, cache=cache)  # (B, 1, V)
+            else:
+                logits = model.decode(ys, memory, src)  # (B, t, V)
+            next_token = logits[:, -1].argmax(dim=-1)  # (B,)
+            next_token = next_token.masked_fill(finished, model.pad_id)
+            ys = torch.cat([ys, next_token[:, None]], dim=1)
+            finished |= next_token == eos_id
+            if finished.all():
+                break
+        return ys
+
+
+def length_penalty_gnmt(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Wu et al. (2016): lp(Y) = ((5 + |Y|) / 6) ** alpha. alpha = 0 turns it off."""
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6,
+                use_cache=True):
+    """Keep the ``beam_size`` most probable partial sequences per example; return the best one.
+
+    Beams are ranked during the search by their total log-probability; at the end the finished
+    hypotheses are compared by log-probability / lp(length) (``length_penalty`` is GNMT's alpha;
+    the paper uses 0.6). A finished beam keeps its score and is extended only by padding.
+    ``beam_size=1`` gives exactly greedy decoding.
+    """
+    _check_decode_args(src, max_len)
+    check_positive_int("beam_size", beam_size)
+    with _eval_mode(model):
+        batch, k = src.size(0), beam_size
+        device = src.device
+        src_rep = src.repeat_interleave(k, dim=0)  # (B*K, Ls): beams of one example are adjacent
+        memory = model.encode(src_rep)  # (B*K, Ls, d)
+        ys = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+        scores = torch.zeros(batch, k, device=device)
+        scores[:, 1:] = float("-inf")  # at the start all beams are the same: keep only one alive
+        finished = torch.zeros(batch * k, dtype=torch.bool, device=device)
+        lengths = torch.zeros(batch * k, dtype=torch.long, device=device)
+        cache = model.decoder.new_cache() if use_cache else None
+        for _ in range(max_len):
+            if use_cache:
+                logits = model.decode(ys[:, -1:], memory, src_rep, cache=cache)[:, -1]
+            else:
+                logits = model.decode(ys, memory, src_rep)[:, -1]  # (B*K, V)
+            log_probs = F.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+            vocab = log_probs.size(-1)
+            # A finished beam may only continue with padding, at no cost.
+            log_probs[finished] = float("-inf")
+            log_probs[finished, model.pad_id] = 0.0
+            candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)  # (B, K*V)
+            scores, flat = candidates.topk(k, dim=1)  # (B, K)
+            parent = flat // vocab + torch.arange(batch, device=device)[:, None] * k  # (B, K) rows
+            token = flat % vocab  # (B, K)
+            parent, token = parent.view(-1), token.view(-1)  # (B*K,)
+            ys = torch.cat([ys[parent], token[:, None]], dim=1)
+            lengths = lengths[parent] + (~finished[parent]).long()
+            finished = finished[parent] | (token == eos_id)
+            if cache is not None:
+                _reorder_cache(cache, parent)
+            if finished.all():
+                break
+        normalised = scores.view(-1) / length_penalty_gnmt(lengths, length_penalty)  # (B*K,)
+        best = normalised.view(batch, k).argmax(dim=1)  # (B,)
+        return ys.view(batch, k, -1)[torch.arange(batch, device=device), best]
+
+
+def _reorder_cache(cache, parent):
+    """Make the cached keys/values follow their beams: row i now continues beam ``parent[i]``."""
+    for layer in cache:
+        for part in ("self", "cross"):
+            if "k" in layer[part]:
+                layer[part]["k"] = layer[part]["k"].index_select(0, parent)
+                layer[part]["v"] = layer[part]["v"].index_select(0, parent)

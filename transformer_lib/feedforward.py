@@ -1,0 +1,37 @@
+"""Position-wise feed-forward network (paper section 3.3)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ._checks import check_positive_int, check_probability, check_tensor
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = linear2(dropout(activation(linear1(x)))), applied to each position independently.
+
+    x (B, L, d_model) -> (B, L, d_model), through a hidden width d_ff (the paper: 4 d_model).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        check_probability("dropout", dropout)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.d_model = d_model
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x)
+        if x.size(-1) != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(-1)}")
+        hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (B, L, d_ff)
+        return self.linear2(self.dropout(hidden))  # (B, L, d_model)

@@ -1,0 +1,96 @@
+"""The full encoder-decoder Transformer (paper section 3, figure 1)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_tensor
+from .decoder import Decoder
+from .embedding import TokenEmbedding
+from .encoder import Encoder
+from .masks import decoder_self_mask, padding_mask
+from .positional import PositionalEncoding
+
+
+class Transformer(nn.Module):
+    """Embeddings + positional encoding, an encoder, a decoder and a linear output layer.
+
+    src (B, Ls) and tgt_in (B, Lt) int64 token ids -> logits (B, Lt, tgt_vocab_size).
+    ``tgt_in`` is the target shifted right (it starts with BOS): position t predicts token t + 1.
+
+    ``share_embeddings=True`` ties the source embedding, the target embedding and the output layer
+    to one matrix (paper section 3.4); it needs ``src_vocab_size == tgt_vocab_size``.
+    The output layer has no bias, so a tied model has exactly the paper's weight sharing.
+    """
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8,
+                 num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
+                 max_len=5000, pad_id=0, norm_first=False, share_embeddings=False):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one shared vocabulary, got "
+                f"src_vocab_size={src_vocab_size} and tgt_vocab_size={tgt_vocab_size}"
+            )
+        self.config = dict(
+            src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+            num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
+            pad_id=pad_id, norm_first=norm_first, share_embeddings=share_embeddings,
+        )
+        self.pad_id = pad_id
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model, pad_id)
+        # With shared embeddings the target side uses the very same module (one weight matrix).
+        self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, d_model, pad_id)
+        self.pos_enc = PositionalEncoding(d_model, max_len, dropout)
+        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if share_embeddings:
+            self.generator.weight = self.tgt_embed.weight
+
+    def encode(self, src: torch.Tensor, need_weights: bool = False):
+        """src (B, Ls) -> memory (B, Ls, d_model) (and the per-layer self-attention maps)."""
+        check_tensor("src", src, ndim=2)
+        x = self.pos_enc(self.src_embed(src))  # (B, Ls, d_model)
+        return self.encoder(x, padding_mask(src, self.pad_id), need_weights=need_weights)
+
+    def decode(self, tgt_in, memory, src, cache=None, need_weights=False):
+        """tgt_in (B, Lt), memory (B, Ls, d_model), src (B, Ls) -> logits (B, Lt, V).
+
+        With a ``cache`` (from ``self.decoder.new_cache()``), ``tgt_in`` holds only the *new* tokens;
+        the keys and values of earlier steps come from the cache, and positions continue from there.
+        """
+        check_tensor("tgt_in", tgt_in, ndim=2)
+        offset = 0
+        if cache is not None and "k" in cache[0]["self"]:
+            offset = cache[0]["self"]["k"].size(2)
+        new = tgt_in.size(1)
+        if cache is None:
+            self_mask = decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, Lt, Lt)
+        else:
+            # New query i sits at position offset + i and may see keys 0 .. offset + i.
+            ones = torch.ones(new, offset + new, dtype=torch.bool, device=tgt_in.device)
+            self_mask = torch.triu(ones, diagonal=offset + 1)[None, None]  # (1, 1, new, offset+new)
+        x = self.pos_enc(self.tgt_embed(tgt_in), offset=offset)
+        out = self.decoder(x, memory, self_mask, padding_mask(src, self.pad_id),
+                           need_weights=need_weights, cache=cache)
+        if need_weights:
+            x, self_maps, cross_maps = out
+            return self.generator(x), self_maps, cross_maps
+        return self.generator(out)  # (B, Lt, V)
+
+    def forward(self, src, tgt_in, return_attention=False):
+        check_tensor("src", src, ndim=2)
+        check_tensor("tgt_in", tgt_in, ndim=2)
+        if src.size(0) != tgt_in.size(0):
+            raise ValueError(f"src and tgt_in must have the same batch size, got {src.size(0)} and {tgt_in.size(0)}")
+        if not return_attention:
+            return self.decode(tgt_in, self.encode(src), src)
+        memory, enc_maps = self.encode(src, need_weights=True)
+        logits, dec_maps, cross_maps = self.decode(tgt_in, memory, src, need_weights=True)
+        return logits, {"encoder": enc_maps, "decoder": dec_maps, "cross": cross_maps}
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -1,0 +1,63 @@
+"""Sinusoidal positional encoding (paper section 3.5)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import check_positive_int, check_probability, check_tensor
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """The (max_len, d_model) table of the paper's positional encodings.
+
+        PE[pos, 2i]   = sin(pos / 10000 ** (2i / d_model))
+        PE[pos, 2i+1] = cos(pos / 10000 ** (2i / d_model))
+
+    Odd ``d_model`` is supported: the last column is a sine with no cosine partner.
+    """
+    check_positive_int("max_len", max_len)
+    check_positive_int("d_model", d_model)
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (ceil(d/2),)
+    # 1 / 10000^(2i/d), computed as exp(-ln(10000) * 2i / d) for accuracy
+    inv_freq = torch.exp(-math.log(10000.0) * two_i / d_model)  # (ceil(d/2),)
+    angles = position * inv_freq  # (max_len, ceil(d/2))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table
+
+
+class PositionalEncoding(nn.Module):
+    """Add the sinusoidal table to a batch of embeddings, then apply dropout.
+
+    Shapes: x (B, L, d_model) -> (B, L, d_model). ``offset`` shifts the positions, which
+    incremental decoding needs (the new token at step t sits at position t).
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
+        super().__init__()
+        check_probability("dropout", dropout)
+        self.d_model = d_model
+        self.max_len = max_len
+        self.dropout = nn.Dropout(dropout)
+        # A buffer, not a parameter: it moves with .to(device) and is saved, but is never trained.
+        # persistent=False keeps it out of checkpoints, since it is recomputed from (max_len, d_model).
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_tensor("x", x, ndim=3)
+        length = x.size(1)
+        if x.size(2) != self.d_model:
+            raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(2)}")
+        if offset + length > self.max_len:
+            raise ValueError(
+                f"sequence length {offset + length} exceeds max_len={self.max_len}"
+            )
+        x = x + self.table[offset : offset + length].to(x.dtype)  # (B, L, d) + (L, d)
+        return self.dropout(x)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}"

@@ -1,0 +1,83 @@
+"""The paper's training recipe: learning-rate schedule (eq. 3) and a training loop."""
+from __future__ import annotations
+
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from .loss import masked_cross_entropy, token_accuracy
+
+
+def noam_lr(step: int, d_model: int, warmup: int) -> float:
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (paper eq. 3).
+
+    Rises linearly for ``warmup`` steps, then decays as 1/sqrt(step). Step 0 is treated as step 1,
+    so it can serve as ``LambdaLR(optimizer, lambda s: noam_lr(s, d_model, warmup))`` with the
+    optimizer's base ``lr=1.0`` (LambdaLR multiplies the base rate by this factor).
+    """
+    if warmup < 1:
+        raise ValueError(f"warmup must be >= 1, got {warmup}")
+    step = max(int(step), 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def train_step(model, src, tgt, optimizer, scheduler=None, label_smoothing=0.0, clip_grad_norm=None):
+    """One step of teacher forcing on a batch. tgt (B, L) = [BOS, y1, ..., EOS, PAD...].
+
+    The decoder reads tgt[:, :-1] and is trained to predict tgt[:, 1:].
+    Returns (loss, token accuracy) as floats.
+    """
+    model.train()
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    logits = model(src, tgt_in)  # (B, L-1, V)
+    loss = masked_cross_entropy(logits, tgt_out, model.pad_id, label_smoothing)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    acc = token_accuracy(logits.detach(), tgt_out, model.pad_id)
+    return loss.item(), acc.item()
+
+
+def train(model, batches, optimizer, scheduler=None, *, max_steps=None, max_seconds=None,
+          label_smoothing=0.0, clip_grad_norm=None, progress=True, log_every=10, callback=None):
+    """Train on ``batches`` (an iterable of (src, tgt) pairs, may be endless) until it is exhausted,
+    ``max_steps`` steps are done, or ``max_seconds`` have passed, whichever comes first.
+
+    Shows a tqdm progress bar with the running loss, accuracy and learning rate. ``callback(step,
+    history)`` runs every ``log_every`` steps (e.g. for a validation score). Returns the history:
+    a dict of lists ``step``, ``loss``, ``acc``, ``lr``, ``seconds`` (one entry per logged step).
+    """
+    if max_steps is None and max_seconds is None and not hasattr(batches, "__len__"):
+        raise ValueError("an endless batch iterator needs max_steps or max_seconds")
+    history = {"step": [], "loss": [], "acc": [], "lr": [], "seconds": []}
+    total = max_steps if max_steps is not None else (len(batches) if hasattr(batches, "__len__") else None)
+    bar = tqdm(total=total, disable=not progress, desc="training", unit="step")
+    start = time.perf_counter()
+    loss_sum = acc_sum = 0.0
+    count = step = 0
+    for src, tgt in batches:
+        loss, acc = train_step(model, src, tgt, optimizer, scheduler, label_smoothing, clip_grad_norm)
+        step += 1
+        loss_sum, acc_sum, count = loss_sum + loss, acc_sum + acc, count + 1
+        bar.update(1)
+        elapsed = time.perf_counter() - start
+        done = (max_steps is not None and step >= max_steps) or (
+            max_seconds is not None and elapsed >= max_seconds)
+        if step % log_every == 0 or done:
+            lr = optimizer.param_groups[0]["lr"]
+            for key, value in zip(history, (step, loss_sum / count, acc_sum / count, lr, elapsed)):
+                history[key].append(value)
+            bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{acc_sum / count:.3f}", lr=f"{lr:.2e}")
+            loss_sum = acc_sum = 0.0
+            count = 0
+            if callback is not None:
+                callback(step, history)
+        if done:
+            break
+    bar.close()
+    return history

@@ -1,0 +1,54 @@
+"""Small utilities every chapter uses: seeding, device choice, showing library source."""
+from __future__ import annotations
+
+import inspect
+import os
+import random
+
+import numpy as np
+import torch
+
+
+def set_seed(seed: int = 0, deterministic: bool = True) -> None:
+    """Seed Python, NumPy and PyTorch; optionally ask PyTorch for deterministic algorithms.
+
+    ``deterministic=True`` calls ``torch.use_deterministic_algorithms(True, warn_only=True)`` and sets
+    ``CUBLAS_WORKSPACE_CONFIG`` (needed for deterministic cuBLAS on GPUs) if it is not set yet.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def get_device() -> torch.device:
+    """The best available device: CUDA, then Apple's MPS, then the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def show_source(obj) -> None:
+    """Display the source code of a library function or class, syntax-highlighted in notebooks.
+
+    Chapters use this to show the library's *real* code (not a copy), so book and package cannot
+    drift apart. Outside a notebook it prints plain text.
+    """
+    source = inspect.getsource(obj)
+    try:
+        from IPython import get_ipython
+        from IPython.display import Code, display
+    except ImportError:  # plain Python
+        print(source)
+        return
+    if get_ipython() is None:
+        print(source)
+        return
+    display(Code(source, language="python"))
