@@ -211,7 +211,9 @@ def _label_axes(ax, shape, row_labels, col_labels, xlabel, ylabel, title):
     if row_labels is not None:
         ax.set_yticks(range(rows), labels=list(row_labels))
     if col_labels is not None:
-        ax.set_xticks(range(cols), labels=list(col_labels), rotation=90 if cols > 8 else 0)
+        col_labels = [str(label) for label in col_labels]
+        crowded = cols > 8 or max(len(label) for label in col_labels) * cols > 24
+        ax.set_xticks(range(cols), labels=col_labels, rotation=90 if crowded else 0)
     if xlabel:
         ax.set_xlabel(xlabel)
     if ylabel:
@@ -226,3 +228,41 @@ def _annotate(ax, values, image, fmt):
         shade = norm(v) if np.isfinite(v) else 0.0
         ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=8,
                 color="white" if shade > 0.6 else "black")
+
+
+def show_masks(masks, *, titles: Sequence[str] | None = None, row_labels=None, col_labels=None,
+               ncols: int | None = None, title: str | None = None, xlabel: str = "key",
+               ylabel: str = "query", panel_size: tuple[float, float] = (3.0, 2.4)):
+    """Several boolean masks (True = blocked) side by side, with one shared legend.
+
+    ``masks`` is a sequence of masks, each 2-D after dropping leading size-1 dimensions (they may
+    differ in shape, e.g. a decoder self-attention mask next to a cross-attention mask).
+    ``row_labels`` and ``col_labels`` are sequences with one list of tokens (or None) per mask.
+    Returns the Figure.
+    """
+    masks = list(masks)
+    n = len(masks)
+    if n == 0:
+        raise ValueError("show_masks needs at least one mask, got 0")
+    for name, seq in (("titles", titles), ("row_labels", row_labels), ("col_labels", col_labels)):
+        if seq is not None and len(seq) != n:
+            raise ValueError(f"{name} must have one entry per mask ({n}), got {len(seq)}")
+    ncols = min(n, 3) if ncols is None else ncols
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.4))
+    for index, ax in enumerate(axes.flat):
+        if index >= n:
+            ax.set_axis_off()
+            continue
+        show_mask(masks[index], ax=ax, title=titles[index] if titles else None,
+                  row_labels=row_labels[index] if row_labels else None,
+                  col_labels=col_labels[index] if col_labels else None,
+                  xlabel=xlabel, ylabel=ylabel)
+        ax.get_legend().remove()
+    fig.legend(handles=[Patch(color=MASK_COLORS(0), label="may attend"),
+                        Patch(color=MASK_COLORS(1), label="blocked (True)")],
+               loc="outside right upper", frameon=False)
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,0 +1,125 @@
+"""The HTML book: a strict build, then every page in headless Chromium with no network.
+
+The build goes to a temporary folder (or set BOOK_HTML=path/to/_build/html to test a build you
+already have). Screenshots of every page land in _build/screenshots/ for a person to look at.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run", "--disable-quic", "--disable-component-update", "--disable-sync"]
+
+
+def toc_pages() -> list[str]:
+    """Every page of _toc.yml, as paths without suffix (e.g. 'book/03_masks')."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [chapter["file"] for chapter in part["chapters"]]
+    return pages
+
+
+def chapter_notebooks() -> list[Path]:
+    return sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_every_chapter_is_in_the_toc():
+    listed = set(toc_pages())
+    missing = [nb.name for nb in chapter_notebooks() if f"book/{nb.stem}" not in listed]
+    assert not missing, f"chapters missing from _toc.yml: {missing}"
+
+
+@pytest.fixture(scope="session")
+def built_html(tmp_path_factory) -> Path:
+    given = os.environ.get("BOOK_HTML")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("book")
+    result = subprocess.run(
+        [sys.executable, "-m", "jupyter_book", "build", str(ROOT), "-W", "-n", "--keep-going",
+         "--path-output", str(out)],
+        capture_output=True, text=True, timeout=900)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"strict build failed:\n{log[-6000:]}"
+    return out / "_build" / "html"
+
+
+def test_strict_build_has_every_page(built_html):
+    for page in toc_pages():
+        assert (built_html / f"{page}.html").is_file(), f"{page}.html was not built"
+    assert (built_html / "_static" / "mathjax" / "tex-chtml.js").is_file(), "MathJax is not served locally"
+
+
+@pytest.fixture(scope="session")
+def server(built_html):
+    handler = functools.partial(_QuietHandler, directory=str(built_html))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium); the browser test needs one")
+    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.mark.parametrize("page_path", toc_pages())
+def test_page_renders_offline(page_path, server, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
+    page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url} ({req.failure})"))
+    page.on("response", lambda resp: resp.status >= 400 and problems.append(f"HTTP {resp.status}: {resp.url}"))
+
+    def only_local(route):
+        if route.request.url.startswith(server):
+            route.continue_()
+        else:  # the book must not need the network: record and refuse
+            problems.append(f"request to the network: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", only_local)
+    page.goto(f"{server}/{page_path}.html", wait_until="load")
+    has_math = page.evaluate("document.querySelectorAll('.math, div.math, span.math').length") > 0
+    if has_math:
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
+        page.evaluate("MathJax.startup.promise")
+        typeset = page.evaluate("document.querySelectorAll('mjx-container').length")
+        errors = page.evaluate("document.querySelectorAll('mjx-merror').length")
+        assert typeset > 0, "the page has math but MathJax typeset none of it"
+        assert errors == 0, f"MathJax reported {errors} errors"
+    broken = page.evaluate(
+        "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+    assert not broken, f"images that did not load: {broken}"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{Path(page_path).name}.png"), full_page=False)
+    page.close()
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,203 @@
+"""Interactive explorers (ipywidgets) for the book, each with a static fallback.
+
+In a live kernel (Jupyter, Colab) an explorer is a set of controls above a figure that redraws as
+you move them. A static page cannot run widget callbacks, so every explorer's output also carries a
+PNG of its default state; the HTML book is configured to show that picture instead of an empty
+widget box (``nb_mime_priority_overrides`` in ``_config.yml``). Its plain-text form is a short,
+deterministic description, so stored outputs pass nbval.
+
+    from transformer_lib import widgets
+    widgets.positional_explorer()
+"""
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable
+
+import matplotlib.pyplot as plt
+import torch
+
+from . import viz
+from .masks import cross_mask, decoder_self_mask, padding_mask
+from .positional import sinusoidal_table
+
+
+class Explorer:
+    """Controls plus a figure drawn by ``draw(**values)``; see the module docstring.
+
+    ``controls`` maps each keyword of ``draw`` to an ipywidgets control. ``static_figure()`` draws
+    the current state without any widget machinery (used for the fallback and in tests).
+    """
+
+    def __init__(self, title: str, controls: dict, draw: Callable[..., plt.Figure]):
+        self.title = title
+        self.controls = controls
+        self.draw = draw
+        self._widget = None
+        self._output = None
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def static_figure(self) -> plt.Figure:
+        return self.draw(**self.values())
+
+    def widget(self):
+        """The live ipywidgets box (built on first use)."""
+        if self._widget is None:
+            import ipywidgets
+
+            self._output = ipywidgets.Output()
+            for control in self.controls.values():
+                control.observe(self._redraw, names="value")
+            self._widget = ipywidgets.VBox(
+                [ipywidgets.HTML(f"<b>{self.title}</b>"),
+                 ipywidgets.HBox(list(self.controls.values())), self._output])
+            self._redraw()
+        return self._widget
+
+    def _redraw(self, change=None):
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is None:  # no kernel, no live output to fill
+            return
+        with self._output:
+            self._output.clear_output(wait=True)
+            fig = self.static_figure()
+            display(fig)
+            plt.close(fig)
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{k}={v!r}" for k, v in self.values().items())
+        return f"{self.title} ({settings}): interactive in Jupyter, a static figure in the HTML book"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = dict(self.widget()._repr_mimebundle_())
+        fig = self.static_figure()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode("ascii")
+        bundle["text/plain"] = repr(self)
+        return bundle
+
+
+def _int_slider(description, value, low, high, step=1):
+    import ipywidgets
+
+    return ipywidgets.IntSlider(value=value, min=low, max=high, step=step, description=description,
+                                continuous_update=False, style={"description_width": "initial"})
+
+
+def positional_explorer(d_model: int = 64, max_position: int = 64) -> Explorer:
+    """The sinusoidal table for a chosen width and range of positions, with a few of its curves."""
+
+    def draw(d_model, max_position):
+        table = sinusoidal_table(max_position, d_model)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained")
+        viz.plot_positional_table(table, title=f"PE table, d_model={d_model}", ax=left)
+        dims = [d for d in (0, 1, d_model // 4, d_model // 2) if d < d_model]
+        viz.plot_positional_curves(table, dims=sorted(set(dims)), ax=right,
+                                   title="PE[pos, i] for a few dimensions i")
+        return fig
+
+    controls = {"d_model": _int_slider("d_model", d_model, 8, 256, 8),
+                "max_position": _int_slider("positions", max_position, 8, 512, 8)}
+    return Explorer("Positional encoding explorer", controls, draw)
+
+
+def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer:
+    """Softmax of random dot products q.k for a chosen d_k, with and without the 1/sqrt(d_k) scale.
+
+    Unscaled scores have variance d_k, so the softmax saturates (one weight near 1) as d_k grows.
+    """
+
+    def draw(d_k, length, temperature):
+        generator = torch.Generator().manual_seed(seed)
+        q = torch.randn(1, d_k, generator=generator)
+        k = torch.randn(length, d_k, generator=generator)
+        scores = (q @ k.T)[0]  # (length,)
+        series = {"unscaled: softmax(q.k)": torch.softmax(scores / temperature, -1),
+                  "scaled: softmax(q.k / sqrt(d_k))": torch.softmax(scores / (temperature * d_k**0.5), -1)}
+        fig, ax = plt.subplots(figsize=(8, 3.4), layout="constrained")
+        width = 0.4
+        for offset, (label, weights) in zip((-width / 2, width / 2), series.items()):
+            ax.bar(torch.arange(length) + offset, weights, width=width, label=label)
+        ax.set_xlabel("key")
+        ax.set_ylabel("attention weight")
+        ax.set_ylim(0, 1)
+        ax.set_title(f"One query over {length} keys, d_k={d_k}, temperature {temperature}")
+        ax.legend(frameon=False)
+        return fig
+
+    import ipywidgets
+
+    controls = {"d_k": _int_slider("d_k", d_k, 1, 512),
+                "length": _int_slider("keys", length, 2, 30),
+                "temperature": ipywidgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1,
+                                                         description="temperature",
+                                                         continuous_update=False)}
+    return Explorer("Softmax scaling explorer", controls, draw)
+
+
+def mask_explorer(src_len: int = 4, tgt_len: int = 5, max_len: int = 8) -> Explorer:
+    """The three masks of one example: source padding, decoder self-attention, cross-attention.
+
+    The example's real lengths are chosen with sliders; the batch is padded to ``max_len``.
+    """
+
+    def draw(src_len, tgt_len):
+        src = torch.zeros(1, max_len, dtype=torch.long)
+        tgt = torch.zeros(1, max_len, dtype=torch.long)
+        src[0, :src_len] = torch.arange(3, 3 + src_len)
+        tgt[0, :tgt_len] = torch.arange(3, 3 + tgt_len)
+        src_labels = [f"s{i}" if i < src_len else "<pad>" for i in range(max_len)]
+        tgt_labels = [f"t{i}" if i < tgt_len else "<pad>" for i in range(max_len)]
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+        viz.show_mask(padding_mask(src).expand(1, 1, max_len, max_len)[0, 0], ax=axes[0],
+                      row_labels=src_labels, col_labels=src_labels, title="encoder self-attention")
+        viz.show_mask(decoder_self_mask(tgt)[0, 0], ax=axes[1], row_labels=tgt_labels,
+                      col_labels=tgt_labels, title="decoder self-attention")
+        viz.show_mask(cross_mask(src, max_len)[0, 0], ax=axes[2], row_labels=tgt_labels,
+                      col_labels=src_labels, title="cross-attention")
+        for ax in axes[:2]:
+            ax.get_legend().remove()
+        return fig
+
+    controls = {"src_len": _int_slider("source length", src_len, 1, max_len),
+                "tgt_len": _int_slider("target length", tgt_len, 1, max_len)}
+    return Explorer("Mask builder", controls, draw)
+
+
+def attention_explorer(maps: dict, src_labels: list, tgt_labels: list) -> Explorer:
+    """Browse a trained model's attention: which map (encoder / decoder / cross), layer, head, example.
+
+    ``maps`` is the dict returned by ``Transformer(src, tgt_in, return_attention=True)``;
+    ``src_labels[b]`` and ``tgt_labels[b]`` are the token strings of example b (their lengths crop
+    away the padding).
+    """
+    import ipywidgets
+
+    num_layers = len(maps["encoder"])
+    batch, num_heads = maps["encoder"][0].shape[:2]
+    rows_cols = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_labels),
+                 "cross": (tgt_labels, src_labels)}
+
+    def draw(kind, layer, head, example):
+        rows, cols = (labels[example] for labels in rows_cols[kind])
+        weights = maps[kind][layer][example, head, : len(rows), : len(cols)]
+        return viz.show_heatmap(weights, row_labels=rows, col_labels=cols, vmin=0.0, vmax=1.0,
+                                title=f"{kind} attention, layer {layer + 1}, head {head + 1}",
+                                colorbar_label="attention weight")
+
+    controls = {"kind": ipywidgets.Dropdown(options=["cross", "encoder", "decoder"], value="cross",
+                                            description="attention"),
+                "layer": _int_slider("layer", 0, 0, num_layers - 1),
+                "head": _int_slider("head", 0, 0, num_heads - 1),
+                "example": _int_slider("example", 0, 0, batch - 1)}
+    return Explorer("Attention explorer", controls, draw)
+
+
+__all__ = ["Explorer", "attention_explorer", "mask_explorer", "positional_explorer", "softmax_explorer"]
