@@ -16,6 +16,7 @@ import io
 from collections.abc import Callable
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
 from . import viz
@@ -124,7 +125,7 @@ def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer
         fig, ax = plt.subplots(figsize=(8, 3.4), layout="constrained")
         width = 0.4
         for offset, (label, weights) in zip((-width / 2, width / 2), series.items()):
-            ax.bar(torch.arange(length) + offset, weights, width=width, label=label)
+            ax.bar(np.arange(length) + offset, weights.numpy(), width=width, label=label)
         ax.set_xlabel("key")
         ax.set_ylabel("attention weight")
         ax.set_ylim(0, 1)

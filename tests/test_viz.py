@@ -1,0 +1,73 @@
+"""The plotting helpers draw what they are given, label it, and refuse mismatched labels."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import transformer_lib as tl  # noqa: E402
+from transformer_lib import viz  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_heatmap_shows_the_values_with_labels_and_colorbar():
+    weights = torch.softmax(torch.randn(3, 4, requires_grad=True), dim=-1)  # needs detaching
+    fig = viz.show_heatmap(weights, row_labels=["a", "b", "c"], col_labels=list("wxyz"), title="T")
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.images[0].get_array(), weights.detach().numpy())
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("wxyz")
+    assert ax.get_title() == "T" and ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+    assert len(fig.axes) == 2, "expected a colour bar"
+
+
+def test_heatmap_rejects_wrong_label_count_and_rank():
+    with pytest.raises(ValueError, match="row_labels has 2 labels, but the matrix has 3"):
+        viz.show_heatmap(torch.zeros(3, 4), row_labels=["a", "b"])
+    with pytest.raises(ValueError, match="2-D matrix, got shape \\(2, 3, 4\\)"):
+        viz.show_heatmap(torch.zeros(2, 3, 4))
+
+
+def test_heatmaps_grid_shares_one_scale():
+    maps = torch.softmax(torch.randn(2, 3, 4, 5), dim=-1)  # layers x heads
+    fig = viz.show_heatmaps(maps, row_titles=["layer 1", "layer 2"],
+                            col_titles=["h1", "h2", "h3"], col_labels=list("abcde"))
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 6
+    assert len({im.get_clim() for im in images}) == 1, "all panels must share one colour scale"
+    np.testing.assert_allclose(images[4].get_array(), maps[1, 1].numpy())
+
+
+def test_mask_is_drawn_as_blocked_and_allowed():
+    mask = tl.causal_mask(4)
+    fig = viz.show_mask(mask)  # (1, 1, 4, 4): singleton dims dropped
+    array = fig.axes[0].images[0].get_array()
+    np.testing.assert_array_equal(array, mask[0, 0].numpy().astype(int))
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["may attend", "blocked (True)"]
+
+
+def test_positional_plots_and_lines():
+    table = tl.sinusoidal_table(20, 8)
+    fig = viz.plot_positional_table(table)
+    np.testing.assert_allclose(fig.axes[0].images[0].get_array(), table.numpy())
+    fig = viz.plot_positional_curves(table, dims=(0, 1))
+    lines = fig.axes[0].get_lines()
+    np.testing.assert_allclose(lines[1].get_ydata(), table[:, 1].numpy())
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["i=0 (sin)", "i=1 (cos)"]
+
+
+def test_history_plot_has_one_panel_per_key():
+    history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5], "acc": [0.1, 0.4, 0.6], "lr": [1e-4] * 3}
+    fig = viz.plot_history(history, keys=("loss", "acc", "lr"))
+    assert len(fig.axes) == 3
+    np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), history["loss"])

@@ -1,0 +1,58 @@
+"""The explorers: a live widget and a static PNG of the default state in one output."""
+from __future__ import annotations
+
+import base64
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import transformer_lib as tl  # noqa: E402
+from transformer_lib import widgets  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG"
+
+
+def small_maps():
+    tl.set_seed(0)
+    model = tl.Transformer(12, 12, d_model=16, num_heads=2, num_encoder_layers=2,
+                           num_decoder_layers=1, d_ff=32).eval()
+    src = torch.tensor([[3, 4, 5], [6, 7, 0]])
+    tgt = torch.tensor([[1, 8, 9, 10], [1, 11, 0, 0]])
+    _, maps = model(src, tgt, return_attention=True)
+    return maps, [["a", "b", "c"], ["d", "e"]], [["<bos>", "x", "y", "z"], ["<bos>", "w"]]
+
+
+@pytest.mark.parametrize("make", [
+    widgets.positional_explorer, widgets.softmax_explorer, widgets.mask_explorer,
+    lambda: widgets.attention_explorer(*small_maps()),
+], ids=["positional", "softmax", "masks", "attention"])
+def test_explorer_bundle_has_widget_png_and_stable_text(make):
+    explorer = make()
+    bundle = explorer._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
+    assert bundle["text/plain"] == repr(make()), "the text form must be deterministic (nbval compares it)"
+    assert "static figure" in bundle["text/plain"]
+    plt.close("all")
+
+
+def test_controls_change_the_figure():
+    explorer = widgets.mask_explorer(src_len=2, tgt_len=3)
+    before = explorer.static_figure().axes[1].images[0].get_array().copy()
+    explorer.controls["tgt_len"].value = 6
+    after = explorer.static_figure().axes[1].images[0].get_array()
+    assert (before != after).any()
+    plt.close("all")
+
+
+def test_attention_explorer_crops_padding():
+    maps, src_labels, tgt_labels = small_maps()
+    explorer = widgets.attention_explorer(maps, src_labels, tgt_labels)
+    explorer.controls["example"].value = 1  # the padded example: 2 target rows, 2 source columns
+    image = explorer.static_figure().axes[0].images[0].get_array()
+    assert image.shape == (2, 2)
+    plt.close("all")
