@@ -71,3 +71,16 @@ def test_history_plot_has_one_panel_per_key():
     fig = viz.plot_history(history, keys=("loss", "acc", "lr"))
     assert len(fig.axes) == 3
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), history["loss"])
+
+
+def test_masks_side_by_side_share_one_legend():
+    tgt = torch.tensor([[1, 5, 6, 0]])
+    src = torch.tensor([[3, 4, 0]])
+    fig = viz.show_masks([tl.decoder_self_mask(tgt), tl.cross_mask(src, 4)],
+                         titles=["decoder self", "cross"])
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 and len(fig.legends) == 1
+    assert all(ax.get_legend() is None for ax in panels)
+    assert panels[1].images[0].get_array().shape == (4, 3)
+    with pytest.raises(ValueError, match="titles must have one entry per mask \\(2\\), got 1"):
+        viz.show_masks([tl.causal_mask(3), tl.causal_mask(3)], titles=["only one"])

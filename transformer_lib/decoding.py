@@ -5,7 +5,7 @@ and reuses the keys and values computed at earlier steps, so a step costs O(L) i
 ``use_cache=False`` recomputes everything from scratch; the two give the same tokens.
 
 Both return a (B, T) int64 tensor that starts with ``bos_id``; after a sequence's ``eos_id`` the
-remaining positions hold the model's ``pad_id``.
+remaining positions hold the model's ``pad_id``. The model's ``pad_id`` is never chosen as a token.
 """
 from __future__ import annotations
 
@@ -48,7 +48,11 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, use_cache=True):
                 logits = model.decode(ys[:, -1:], memory, src, cache=cache)  # (B, 1, V)
             else:
                 logits = model.decode(ys, memory, src)  # (B, t, V)
-            next_token = logits[:, -1].argmax(dim=-1)  # (B,)
+            # Padding is never a real output token: a pad inside ys would be a blocked key for
+            # full recomputation but an open one in the cache, and ambiguous with the fill after EOS.
+            next_logits = logits[:, -1].clone()  # (B, V)
+            next_logits[:, model.pad_id] = float("-inf")
+            next_token = next_logits.argmax(dim=-1)  # (B,)
             next_token = next_token.masked_fill(finished, model.pad_id)
             ys = torch.cat([ys, next_token[:, None]], dim=1)
             finished |= next_token == eos_id
@@ -92,7 +96,9 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
                 logits = model.decode(ys, memory, src_rep)[:, -1]  # (B*K, V)
             log_probs = F.log_softmax(logits.float(), dim=-1)  # (B*K, V)
             vocab = log_probs.size(-1)
-            # A finished beam may only continue with padding, at no cost.
+            # An unfinished beam may not emit padding (see greedy_decode); a finished beam may
+            # only continue with padding, at no cost.
+            log_probs[:, model.pad_id] = float("-inf")
             log_probs[finished] = float("-inf")
             log_probs[finished, model.pad_id] = 0.0
             candidates = (scores.view(-1, 1) + log_probs).view(batch, k * vocab)  # (B, K*V)

@@ -52,6 +52,10 @@ class PositionalEncoding(nn.Module):
         length = x.size(1)
         if x.size(2) != self.d_model:
             raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(2)}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
         if offset + length > self.max_len:
             raise ValueError(
                 f"sequence length {offset + length} exceeds max_len={self.max_len}"

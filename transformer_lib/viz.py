@@ -3,7 +3,8 @@ grids of heads, training curves.
 
 Model code never imports this module. Every function draws with matplotlib and returns the
 ``Figure`` (or the ``Axes`` it drew into, when you pass ``ax=``). In a notebook, assign the result
-(``fig = viz.show_heatmap(...)``) or end the line with ``;`` so the figure is shown only once.
+(``fig = viz.show_heatmap(...)``) so the figure is shown once. (A trailing ``;`` hides the repeat in
+Jupyter, but not under nbval, which then sees an extra output.)
 Tensors may live on any device and may require grad: they are detached and moved to the CPU here.
 """
 from __future__ import annotations

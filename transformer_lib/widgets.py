@@ -156,16 +156,11 @@ def mask_explorer(src_len: int = 4, tgt_len: int = 5, max_len: int = 8) -> Explo
         tgt[0, :tgt_len] = torch.arange(3, 3 + tgt_len)
         src_labels = [f"s{i}" if i < src_len else "<pad>" for i in range(max_len)]
         tgt_labels = [f"t{i}" if i < tgt_len else "<pad>" for i in range(max_len)]
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
-        viz.show_mask(padding_mask(src).expand(1, 1, max_len, max_len)[0, 0], ax=axes[0],
-                      row_labels=src_labels, col_labels=src_labels, title="encoder self-attention")
-        viz.show_mask(decoder_self_mask(tgt)[0, 0], ax=axes[1], row_labels=tgt_labels,
-                      col_labels=tgt_labels, title="decoder self-attention")
-        viz.show_mask(cross_mask(src, max_len)[0, 0], ax=axes[2], row_labels=tgt_labels,
-                      col_labels=src_labels, title="cross-attention")
-        for ax in axes[:2]:
-            ax.get_legend().remove()
-        return fig
+        return viz.show_masks(
+            [padding_mask(src).expand(1, 1, max_len, max_len), decoder_self_mask(tgt), cross_mask(src, max_len)],
+            titles=["encoder self-attention", "decoder self-attention", "cross-attention"],
+            row_labels=[src_labels, tgt_labels, tgt_labels], col_labels=[src_labels, tgt_labels, src_labels],
+            panel_size=(3.8, 3.4))
 
     controls = {"src_len": _int_slider("source length", src_len, 1, max_len),
                 "tgt_len": _int_slider("target length", tgt_len, 1, max_len)}
