@@ -12,9 +12,10 @@ from .loss import masked_cross_entropy, token_accuracy
 def noam_lr(step: int, d_model: int, warmup: int) -> float:
     """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)  (paper eq. 3).
 
-    Rises linearly for ``warmup`` steps, then decays as 1/sqrt(step). Step 0 is treated as step 1,
-    so it can serve as ``LambdaLR(optimizer, lambda s: noam_lr(s, d_model, warmup))`` with the
-    optimizer's base ``lr=1.0`` (LambdaLR multiplies the base rate by this factor).
+    Rises linearly for ``warmup`` steps, then decays as 1/sqrt(step); steps count from 1 (step 0 is
+    treated as step 1). Use it as ``LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup))``
+    with the optimizer's base ``lr=1.0``: LambdaLR multiplies the base rate by this factor and passes
+    0 before the first update, so ``s + 1`` gives update k the paper's rate for step k.
     """
     if warmup < 1:
         raise ValueError(f"warmup must be >= 1, got {warmup}")
@@ -60,24 +61,31 @@ def train(model, batches, optimizer, scheduler=None, *, max_steps=None, max_seco
     start = time.perf_counter()
     loss_sum = acc_sum = 0.0
     count = step = 0
+
+    def log():  # record the averages since the last log entry
+        nonlocal loss_sum, acc_sum, count
+        lr = optimizer.param_groups[0]["lr"]
+        elapsed = time.perf_counter() - start
+        for key, value in zip(history, (step, loss_sum / count, acc_sum / count, lr, elapsed)):
+            history[key].append(value)
+        bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{acc_sum / count:.3f}", lr=f"{lr:.2e}")
+        loss_sum = acc_sum = 0.0
+        count = 0
+        if callback is not None:
+            callback(step, history)
+
     for src, tgt in batches:
         loss, acc = train_step(model, src, tgt, optimizer, scheduler, label_smoothing, clip_grad_norm)
         step += 1
         loss_sum, acc_sum, count = loss_sum + loss, acc_sum + acc, count + 1
         bar.update(1)
-        elapsed = time.perf_counter() - start
         done = (max_steps is not None and step >= max_steps) or (
-            max_seconds is not None and elapsed >= max_seconds)
+            max_seconds is not None and time.perf_counter() - start >= max_seconds)
         if step % log_every == 0 or done:
-            lr = optimizer.param_groups[0]["lr"]
-            for key, value in zip(history, (step, loss_sum / count, acc_sum / count, lr, elapsed)):
-                history[key].append(value)
-            bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{acc_sum / count:.3f}", lr=f"{lr:.2e}")
-            loss_sum = acc_sum = 0.0
-            count = 0
-            if callback is not None:
-                callback(step, history)
+            log()
         if done:
             break
+    if count > 0:  # the batches ran out between two log entries: log the last steps too
+        log()
     bar.close()
     return history

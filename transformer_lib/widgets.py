@@ -36,7 +36,7 @@ class Explorer:
         self.controls = controls
         self.draw = draw
         self._widget = None
-        self._output = None
+        self._image = None
 
     def values(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}
@@ -44,31 +44,33 @@ class Explorer:
     def static_figure(self) -> plt.Figure:
         return self.draw(**self.values())
 
+    def png(self) -> bytes:
+        """The current state's figure as PNG bytes."""
+        fig = self.static_figure()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        return buffer.getvalue()
+
     def widget(self):
-        """The live ipywidgets box (built on first use)."""
+        """The live ipywidgets box (built on first use): controls above an image of the figure.
+
+        The figure is shown as an ``ipywidgets.Image`` whose bytes are replaced when a control
+        moves, rather than through an Output widget, so nothing is printed into the cell's outputs.
+        """
         if self._widget is None:
             import ipywidgets
 
-            self._output = ipywidgets.Output()
+            self._image = ipywidgets.Image(value=self.png(), format="png")
             for control in self.controls.values():
                 control.observe(self._redraw, names="value")
             self._widget = ipywidgets.VBox(
                 [ipywidgets.HTML(f"<b>{self.title}</b>"),
-                 ipywidgets.HBox(list(self.controls.values())), self._output])
-            self._redraw()
+                 ipywidgets.HBox(list(self.controls.values())), self._image])
         return self._widget
 
     def _redraw(self, change=None):
-        from IPython import get_ipython
-        from IPython.display import display
-
-        if get_ipython() is None:  # no kernel, no live output to fill
-            return
-        with self._output:
-            self._output.clear_output(wait=True)
-            fig = self.static_figure()
-            display(fig)
-            plt.close(fig)
+        self._image.value = self.png()
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{k}={v!r}" for k, v in self.values().items())
@@ -76,11 +78,7 @@ class Explorer:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = dict(self.widget()._repr_mimebundle_())
-        fig = self.static_figure()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight", metadata={"Software": None})
-        plt.close(fig)
-        bundle["image/png"] = base64.b64encode(buffer.getvalue()).decode("ascii")
+        bundle["image/png"] = base64.b64encode(self._image.value).decode("ascii")
         bundle["text/plain"] = repr(self)
         return bundle
 

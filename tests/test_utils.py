@@ -1,0 +1,73 @@
+"""Utilities: seeding, device choice, showing library source."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import transformer_lib as tl
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def restore_determinism():
+    """set_seed switches on deterministic algorithms globally; put the old setting back."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+def test_set_seed_makes_random_numbers_repeatable(restore_determinism):
+    tl.set_seed(123)
+    first = (torch.rand(5), np.random.rand(3), random.random())
+    tl.set_seed(123)
+    second = (torch.rand(5), np.random.rand(3), random.random())
+    assert torch.equal(first[0], second[0])
+    assert np.array_equal(first[1], second[1])
+    assert first[2] == second[2]
+    tl.set_seed(124)
+    assert not torch.equal(torch.rand(5), first[0])  # a different seed gives different numbers
+
+
+def test_set_seed_makes_model_initialisation_repeatable(restore_determinism):
+    tl.set_seed(7)
+    a = tl.MultiHeadAttention(8, 2).q_proj.weight
+    tl.set_seed(7)
+    b = tl.MultiHeadAttention(8, 2).q_proj.weight
+    assert torch.equal(a, b)
+
+
+def test_set_seed_enables_deterministic_algorithms(restore_determinism):
+    torch.use_deterministic_algorithms(False)
+    tl.set_seed(0)
+    assert torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False)
+    tl.set_seed(0, deterministic=False)
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_get_device_returns_a_usable_device():
+    device = tl.get_device()
+    assert isinstance(device, torch.device)
+    assert device.type in {"cuda", "mps", "cpu"}
+    if torch.cuda.is_available():
+        assert device.type == "cuda"
+    assert torch.ones(2, device=device).sum().item() == 2.0
+
+
+def test_show_source_prints_outside_ipython(capsys):
+    tl.show_source(tl.LayerNorm)
+    out = capsys.readouterr().out
+    assert "class LayerNorm(nn.Module):" in out
+    assert "def forward(self, x" in out
+
+
+def test_show_source_of_a_function(capsys):
+    tl.show_source(tl.noam_lr)
+    out = capsys.readouterr().out
+    assert out.lstrip().startswith("def noam_lr(")
+    assert "warmup" in out
