@@ -1,0 +1,124 @@
+"""The capstone example: tiny overfit, checkpoint round trip, translate on bad input, the CLI."""
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("num2words")
+
+from transformer_lib.data import NumberWordsData  # noqa: E402
+from transformer_lib.examples import (  # noqa: E402
+    NumberTranslator,
+    exact_match,
+    load_checkpoint,
+    save_checkpoint,
+    train_number_words,
+    translate,
+)
+from transformer_lib.examples import number_words  # noqa: E402
+
+TINY = dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64,
+            dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    """A tiny model overfit on 8 training numbers (module scope: trained once, ~1 s)."""
+    data = NumberWordsData("de", train_size=8, n_test=20, n_valid=10, seed=0)
+    result = train_number_words("de", steps=150, data=data, batch_size=8, lr_factor=1.0, warmup=20,
+                                model_config=TINY, device="cpu", progress=False, seed=0)
+    return result
+
+
+def test_tiny_overfit_reaches_100_percent_on_8_examples(tiny_run):
+    assert len(tiny_run.data.numbers["train"]) == 8
+    scores = exact_match(tiny_run.model, tiny_run.data, "train")
+    assert scores["exact_match"] == 1.0, list(zip(scores["predictions"], scores["targets"]))
+    assert tiny_run.history["loss"][-1] < tiny_run.history["loss"][0]
+    # Teacher forcing and free-running decoding agree on what was learned:
+    n = int(tiny_run.data.numbers["train"][0])
+    english, german = tiny_run.data.pair(n)
+    assert translate(tiny_run.model, english) == german
+    assert translate(tiny_run.model, english.upper() + "  ") == german  # normalised input
+
+
+def test_checkpoint_round_trip(tiny_run, tmp_path):
+    model = tiny_run.model
+    path = tmp_path / "ckpt" / "de.pt"
+    save_checkpoint(model, path, metrics={"test_exact_match": 0.5})
+    assert sorted(os.listdir(path.parent)) == ["de.pt"]  # no temporary file left behind
+    loaded = load_checkpoint(path)
+    assert isinstance(loaded, NumberTranslator) and not loaded.training
+    assert loaded.config == model.config
+    assert loaded.src_vocab.itos == model.src_vocab.itos
+    assert loaded.tgt_vocab.itos == model.tgt_vocab.itos
+    assert loaded.metrics == {"test_exact_match": 0.5}
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0)
+    texts = [tiny_run.data.pair(int(n))[0] for n in tiny_run.data.numbers["test"][:10]]
+    texts += ["ninety-seven", "one hundred thousand"]
+    for text in texts:
+        for beam in (1, 3):
+            before = translate(model, text, beam_size=beam, unknown="unk")
+            assert translate(loaded, text, beam_size=beam, unknown="unk") == before
+    # Saving again over an existing file replaces it.
+    save_checkpoint(model, path)
+    assert load_checkpoint(path).metrics == {}
+    assert sorted(os.listdir(path.parent)) == ["de.pt"]
+
+
+def test_load_rejects_other_files(tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": {}}, path)
+    with pytest.raises(ValueError, match="not a number-words checkpoint"):
+        load_checkpoint(path)
+
+
+def test_translate_bad_input(tiny_run):
+    model = tiny_run.model
+    with pytest.raises(ValueError, match="must contain English number words"):
+        translate(model, "")
+    with pytest.raises(ValueError, match="must contain English number words"):
+        translate(model, "   ")
+    known = tiny_run.data.pair(int(tiny_run.data.numbers["train"][0]))[0]
+    with pytest.raises(ValueError, match=r"unknown words \['banana'\]"):
+        translate(model, known + " banana")
+    with pytest.raises(TypeError, match="text must be a str"):
+        translate(model, 42)
+    with pytest.raises(TypeError, match="NumberTranslator"):
+        translate(torch.nn.Linear(2, 2), "one")
+    # With unknown="unk" the unknown word becomes <unk> and the model still answers (a string).
+    src = number_words.encode_source(model, known + " banana", unknown="unk")
+    assert src[0, -1].item() == model.src_vocab.unk_id
+    assert (src[0, :-1] != model.src_vocab.unk_id).all()
+    assert isinstance(translate(model, known + " banana", unknown="unk"), str)
+
+
+def test_beam_size_one_equals_greedy(tiny_run):
+    greedy = exact_match(tiny_run.model, tiny_run.data, "test")["predictions"]
+    beam1 = exact_match(tiny_run.model, tiny_run.data, "test", beam_size=1)["predictions"]
+    assert greedy == beam1
+    assert len(exact_match(tiny_run.model, tiny_run.data, "test", beam_size=3)["predictions"]) == 20
+
+
+def test_train_arguments_are_checked():
+    data = NumberWordsData("de", train_size=8, n_test=20, n_valid=10, seed=0)
+    with pytest.raises(ValueError, match="steps or max_seconds"):
+        train_number_words("de", steps=None, data=data)
+    with pytest.raises(ValueError, match="lang='fr'"):
+        train_number_words("fr", steps=1, data=data)
+    with pytest.raises(ValueError, match="unknown model settings"):
+        train_number_words("de", steps=1, data=data, model_config={"layers": 2})
+
+
+def test_command_line_trains_and_saves(tmp_path, capsys, monkeypatch):
+    # Keep the run tiny: a small model and data set (the CLI's defaults are for real training).
+    monkeypatch.setattr(number_words, "MODEL_CONFIG", {**number_words.MODEL_CONFIG, **TINY})
+    out = tmp_path / "fr.pt"
+    code = number_words.main(["--lang", "fr", "--steps", "3", "--train-size", "64", "--beam", "2",
+                              "--out", str(out), "--device", "cpu", "--test-size", "20"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "test exact match (greedy)" in printed and "saved" in printed
+    model = load_checkpoint(out)
+    assert model.lang == "fr" and set(model.metrics) >= {"test_exact_match", "test_exact_match_beam2"}

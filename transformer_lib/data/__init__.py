@@ -1,0 +1,32 @@
+"""Data support for the capstone: vocabularies, tokenizers, the number-words data set, batching.
+
+``num2words`` (an optional dependency) is imported only when number words are first computed.
+"""
+from .batching import BucketBatcher, pad_sequences
+from .numbers import (
+    MAX_NUMBER,
+    NumberSplit,
+    NumberWordsData,
+    magnitude_buckets,
+    number_to_words,
+    split_numbers,
+)
+from .tokenize import (
+    FRENCH_MORPHEMES,
+    GERMAN_MORPHEMES,
+    CharTokenizer,
+    MorphemeTokenizer,
+    detokenize_chars,
+    detokenize_words,
+    target_tokenizer,
+    tokenize_chars,
+    tokenize_words,
+)
+from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
+
+__all__ = [
+    "BOS", "BucketBatcher", "CharTokenizer", "EOS", "FRENCH_MORPHEMES", "GERMAN_MORPHEMES",
+    "MAX_NUMBER", "MorphemeTokenizer", "NumberSplit", "NumberWordsData", "PAD", "SPECIALS", "UNK",
+    "Vocab", "detokenize_chars", "detokenize_words", "magnitude_buckets", "number_to_words",
+    "pad_sequences", "split_numbers", "target_tokenizer", "tokenize_chars", "tokenize_words",
+]

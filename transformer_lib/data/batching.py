@@ -1,0 +1,78 @@
+"""Padding and length-bucketed batching of token-id sequences."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
+                  length: int | None = None) -> torch.Tensor:
+    """Lists of ids -> one (N, L) int64 tensor, right-padded with ``pad_id``.
+
+    L is the longest sequence, or ``length`` if given (a longer sequence raises ValueError).
+    """
+    longest = max((len(s) for s in sequences), default=0)
+    length = longest if length is None else length
+    if longest > length:
+        raise ValueError(f"a sequence has length {longest}, longer than length={length}")
+    out = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        out[i, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    return out
+
+
+class BucketBatcher:
+    """Endless (src, tgt) batches from two padded tensors, with length bucketing.
+
+    src (N, Ls) and tgt (N, Lt) hold the whole data set, padded once (keep them on the training
+    device: a batch is then one indexing operation, no Python per example). Each pass shuffles the
+    examples, cuts them into pools of ``pool_batches`` batches, sorts each pool by length and cuts
+    it into batches, so that a batch holds sequences of similar length; the batches are shuffled
+    again and each is trimmed to its longest sequence. Less padding means less wasted compute.
+
+    ``bucket=False`` gives plain shuffled batches (for comparison).
+    """
+
+    def __init__(self, src: torch.Tensor, tgt: torch.Tensor, batch_size: int, pad_id: int = 0,
+                 seed: int = 0, bucket: bool = True, pool_batches: int = 32, epochs: int | None = None):
+        if src.dim() != 2 or tgt.dim() != 2 or src.size(0) != tgt.size(0):
+            raise ValueError(f"src and tgt must be (N, Ls) and (N, Lt) with the same N, "
+                             f"got {tuple(src.shape)} and {tuple(tgt.shape)}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.src, self.tgt = src, tgt
+        self.batch_size, self.pad_id, self.bucket = batch_size, pad_id, bucket
+        self.pool = batch_size * pool_batches
+        self.epochs = epochs
+        self.rng = np.random.default_rng(seed)
+        # Lengths (without padding), computed once on the CPU.
+        self.src_len = (src != pad_id).sum(1).cpu().numpy()
+        self.tgt_len = (tgt != pad_id).sum(1).cpu().numpy()
+
+    def __len__(self) -> int:
+        """Batches per pass over the data."""
+        return -(-self.src.size(0) // self.batch_size)
+
+    def epoch_batches(self) -> list[np.ndarray]:
+        """The index arrays of one pass, in training order."""
+        order = self.rng.permutation(self.src.size(0))
+        batches = []
+        for start in range(0, len(order), self.pool if self.bucket else len(order)):
+            pool = order[start:start + self.pool] if self.bucket else order
+            if self.bucket:  # sort by target length, then source length
+                pool = pool[np.lexsort((self.src_len[pool], self.tgt_len[pool]))]
+            batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+        if self.bucket:
+            self.rng.shuffle(batches)
+        return batches
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch = 0
+        while self.epochs is None or epoch < self.epochs:
+            for idx in self.epoch_batches():
+                index = torch.as_tensor(idx, device=self.src.device)
+                ls, lt = int(self.src_len[idx].max()), int(self.tgt_len[idx].max())
+                yield self.src[index, :ls], self.tgt[index, :lt]
+            epoch += 1

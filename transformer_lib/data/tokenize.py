@@ -1,0 +1,137 @@
+"""Tokenizers for number words: English words for the source, characters or morphemes for the target.
+
+Every tokenizer here round-trips: ``detokenize(tokenize(text)) == text`` for the texts it is meant
+for (the output of ``num2words``), so the model's output tokens turn back into exactly the string a
+person would write.
+
+Why morphemes for the target? German writes a number as one long word: 97 is "siebenundneunzig".
+As characters that is 16 output steps that mostly copy spelling; as morphemes it is 4 steps,
+"sieben und neun zig", each a decision that carries meaning (which digit, which order). The
+inventory is small and fixed (about twenty German pieces), so a word is cut by *longest match*
+against it, like a hand-made WordPiece; any character the inventory does not cover becomes a
+token of its own, so the cut is always possible and always exact.
+"""
+from __future__ import annotations
+
+import re
+
+# Separators are tokens of their own: "ninety-nine" -> ["ninety", "-", "nine"].
+_SOURCE_PATTERN = re.compile(r"[^\s,\-]+|[,\-]")
+
+GERMAN_MORPHEMES = (
+    "null", "ein", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sech", "sieben", "sieb",
+    "acht", "neun", "zehn", "elf", "zwölf", "zwan", "zig", "ßig", "und", "hundert", "tausend",
+)
+FRENCH_MORPHEMES = (
+    "zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix", "onze",
+    "douze", "treize", "quatorze", "quinze", "seize", "vingt", "vingts", "trente", "quarante",
+    "cinquante", "soixante", "cent", "cents", "mille", "et",
+)
+MORPHEMES = {"de": GERMAN_MORPHEMES, "fr": FRENCH_MORPHEMES}
+
+
+def _check_text(text) -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+
+
+def tokenize_words(text: str) -> list[str]:
+    """English number words -> word tokens, with hyphens and commas as tokens of their own.
+
+    >>> tokenize_words("one thousand, two hundred and forty-two")
+    ['one', 'thousand', ',', 'two', 'hundred', 'and', 'forty', '-', 'two']
+    """
+    _check_text(text)
+    return _SOURCE_PATTERN.findall(text)
+
+
+def detokenize_words(tokens: list[str]) -> str:
+    """The inverse of ``tokenize_words`` for normally written text: one space between words,
+    none around a hyphen, none before a comma."""
+    text = ""
+    for i, token in enumerate(tokens):
+        glue = i > 0 and token not in ("-", ",") and tokens[i - 1] != "-"
+        text += (" " if glue else "") + token
+    return text
+
+
+def tokenize_chars(text: str) -> list[str]:
+    """Characters as tokens: the simplest target scheme (long sequences, tiny vocabulary)."""
+    _check_text(text)
+    return list(text)
+
+
+def detokenize_chars(tokens: list[str]) -> str:
+    return "".join(tokens)
+
+
+class MorphemeTokenizer:
+    """Cut each word into pieces from a fixed inventory by greedy longest match.
+
+    Spaces, hyphens and commas are tokens of their own; a character that no piece covers becomes
+    a one-character token. Detokenizing is plain concatenation, so the round trip is exact.
+
+    >>> MorphemeTokenizer(GERMAN_MORPHEMES).tokenize("siebenundneunzig")
+    ['sieben', 'und', 'neun', 'zig']
+    """
+
+    separators = (" ", "-", ",")
+
+    def __init__(self, morphemes):
+        pieces = [m for m in morphemes]
+        if not pieces or not all(isinstance(m, str) and m for m in pieces):
+            raise ValueError(f"morphemes must be a non-empty list of non-empty strings, got {morphemes!r}")
+        self.morphemes = tuple(sorted(set(pieces), key=lambda m: (-len(m), m)))  # longest first
+        self._longest = len(self.morphemes[0])
+        self._set = set(self.morphemes)
+
+    def __repr__(self) -> str:
+        return f"MorphemeTokenizer({len(self.morphemes)} morphemes)"
+
+    def tokenize(self, text: str) -> list[str]:
+        _check_text(text)
+        tokens, i = [], 0
+        while i < len(text):
+            if text[i] in self.separators:
+                tokens.append(text[i])
+                i += 1
+                continue
+            # The longest inventory piece that starts here; else one character.
+            for size in range(min(self._longest, len(text) - i), 0, -1):
+                if text[i:i + size] in self._set:
+                    break
+            else:
+                size = 1
+            tokens.append(text[i:i + size])
+            i += size
+        return tokens
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return "".join(tokens)
+
+
+class CharTokenizer:
+    """Characters as target tokens, with the same interface as ``MorphemeTokenizer``."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return tokenize_chars(text)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return detokenize_chars(tokens)
+
+    def __repr__(self) -> str:
+        return "CharTokenizer()"
+
+
+def target_tokenizer(lang: str, scheme: str = "morphemes", morphemes=None):
+    """The target-side tokenizer for ``lang`` ("de" or "fr"): ``scheme="morphemes"`` (default) or
+    ``"chars"``. ``morphemes`` overrides the built-in inventory (e.g. one read from a checkpoint)."""
+    if scheme == "chars":
+        return CharTokenizer()
+    if scheme != "morphemes":
+        raise ValueError(f"scheme must be 'morphemes' or 'chars', got {scheme!r}")
+    if morphemes is None:
+        if lang not in MORPHEMES:
+            raise ValueError(f"no morpheme inventory for lang={lang!r}; expected one of {sorted(MORPHEMES)}")
+        morphemes = MORPHEMES[lang]
+    return MorphemeTokenizer(morphemes)
