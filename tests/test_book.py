@@ -19,6 +19,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+# the CLI installed next to this Python (jupyter_book has no __main__ module)
+JUPYTER_BOOK = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--disable-quic", "--disable-component-update", "--disable-sync"]
 
@@ -49,7 +51,7 @@ def built_html(tmp_path_factory) -> Path:
         return Path(given)
     out = tmp_path_factory.mktemp("book")
     result = subprocess.run(
-        [sys.executable, "-m", "jupyter_book", "build", str(ROOT), "-W", "-n", "--keep-going",
+        [JUPYTER_BOOK, "build", str(ROOT), "-W", "-n", "--keep-going",
          "--path-output", str(out)],
         capture_output=True, text=True, timeout=900)
     log = result.stdout + result.stderr
