@@ -80,8 +80,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
-def browser():
+@pytest.fixture(scope="module")  # closed after this module: Playwright's event loop must not
+def browser():                    # outlive it (nbclient in later tests calls asyncio.run)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("no Chromium on this machine (apt-get install chromium); the browser test needs one")
