@@ -142,9 +142,21 @@ def test_correct_variant_of_the_helper_passes():
     (dict(invert=True), "mask_polarity"),
     (dict(fill=float("-inf"), zero_blocked=False), "nan_masked_row"),
     (dict(zero_blocked=False), "uniform_masked_row"),
+    (dict(fill=-100.0), "small_mask_constant"),  # passes every moderate case: only large scores show it
 ])
 def test_attention_mistakes_are_named(kwargs, key):
     assert_named(check_attention(functools.partial(attention_with, **kwargs)), key)
+
+
+def test_attention_adding_minus_100_is_named_on_large_scores():
+    def add_minus_100(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        weights = torch.softmax(scores + mask * -100.0, dim=-1)
+        return weights @ v, weights
+    result = check_attention(add_minus_100)
+    failed = [name for name, ok, _ in result.cases if not ok]
+    assert any(name.startswith("large scores") for name in failed), failed
+    assert_named(result, "small_mask_constant")
 
 
 def test_attention_scaled_by_d_k_instead_of_its_root():

@@ -57,6 +57,11 @@ MISTAKES = {
         "scores make the softmax's backward pass compute inf - inf. Fill with a large finite "
         "negative number (torch.finfo(scores.dtype).min) instead of -inf, then zero the blocked "
         "weights."),
+    "small_mask_constant": (
+        "Blocked keys take weight once the scores are large: a mask made of a modest constant "
+        "(adding or filling -100, say) only works while every score difference is smaller than it, "
+        "and attention scores are not bounded. Fill with torch.finfo(scores.dtype).min, then set "
+        "the blocked weights to exactly 0 after the softmax."),
     "softmax_axis": (
         "softmax over the wrong axis: the weights of each query must sum to 1 over the keys, "
         "i.e. softmax(scores, dim=-1); yours look normalised over another axis (queries, heads "
@@ -289,6 +294,35 @@ def _attention_case(fn, q, k, v, mask=None, grad=False):
     return case
 
 
+def _large_scores_case(fn):
+    """Scores in the hundreds (as in a trained model): blocked keys must still get exactly 0.
+
+    float64, so that a correct function's rounding cannot matter at this scale.
+    """
+    q = _randn(2, 3, 8, seed=11, scale=30.0, dtype=torch.float64)  # scores of about +-900
+    k = _randn(2, 5, 8, seed=12, scale=30.0, dtype=torch.float64)
+    v = _randn(2, 5, 6, seed=13, dtype=torch.float64)
+    blocked = (torch.arange(5)[None, :] >= torch.tensor([4, 2])[:, None])[:, None, :]  # (B, 1, Lk)
+    full = blocked.expand(2, 3, 5)  # (B, Lq, Lk)
+
+    def leak(weights):
+        if not isinstance(weights, torch.Tensor) or weights.shape != full.shape:
+            return None
+        w = weights.detach().double().cpu()
+        on_blocked = w.masked_fill(~full, 0.0).sum(-1)  # (B, Lq)
+        on_real = w.masked_fill(full, 0.0).sum(-1)
+        if (on_blocked > 1e-6).any() or (on_real < 1 - 1e-4).any():
+            return MISTAKES["small_mask_constant"]
+        return None
+
+    def case():
+        ref_ctx, ref_w = _ref_attention(q, k, v, blocked)
+        context, weights = _call_attention(fn, q.clone(), k.clone(), v.clone(), blocked)
+        _compare("weights", weights, ref_w, leak)
+        _compare("context", context, ref_ctx, lambda found: leak(weights))
+    return case
+
+
 def check_attention(fn) -> GradeResult:
     """Check ``fn(q, k, v, mask=None) -> (context, weights)`` against the library's attention.
 
@@ -318,6 +352,8 @@ def check_attention(fn) -> GradeResult:
                _attention_case(fn, q, k, v, full))
     result.run("gradients stay finite with a fully masked row",
                _attention_case(fn, q, k, v, full, grad=True))
+    result.run("large scores (about +-900, float64): padded keys still get exactly zero weight",
+               _large_scores_case(fn))
     result.run("batch of 1, lengths 1 (B=1, Lq=Lk=1)",
                _attention_case(fn, _randn(1, 1, 4, seed=7), _randn(1, 1, 4, seed=8), _randn(1, 1, 3, seed=9)))
     q64, k64, v64 = (t.double() for t in (q, k, v))
