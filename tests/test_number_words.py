@@ -9,6 +9,8 @@ pytest.importorskip("num2words")
 from transformer_lib.data import NumberWordsData  # noqa: E402
 from transformer_lib.examples import (  # noqa: E402
     NumberTranslator,
+    attention_batch,
+    attention_maps,
     exact_match,
     load_checkpoint,
     save_checkpoint,
@@ -122,3 +124,29 @@ def test_command_line_trains_and_saves(tmp_path, capsys, monkeypatch):
     assert "test exact match (greedy)" in printed and "saved" in printed
     model = load_checkpoint(out)
     assert model.lang == "fr" and set(model.metrics) >= {"test_exact_match", "test_exact_match_beam2"}
+
+
+def test_attention_batch_equals_one_text_at_a_time(tiny_run):
+    """Batched and padded, each example's maps (cropped) are those of its text alone."""
+    data = tiny_run.data
+    texts = [data.pair(int(n))[0] for n in data.numbers["train"][:4]]
+    texts.append("seven")  # short: padded in both source and target
+    batch = attention_batch(tiny_run.model, texts)
+    assert batch["translation"] == [translate(tiny_run.model, t) for t in texts]
+    for b, text in enumerate(texts):
+        alone = attention_maps(tiny_run.model, text)
+        for key in ("source", "target", "decoder_input", "translation"):
+            assert batch[key][b] == alone[key]
+        ls, lt = len(alone["source"]), len(alone["target"])
+        for kind, (lq, lk) in (("encoder", (ls, ls)), ("decoder", (lt, lt)), ("cross", (lt, ls))):
+            for layer, single in enumerate(alone[kind]):
+                batched = batch[kind][layer][b]  # (H, Lq_max, Lk_max)
+                torch.testing.assert_close(batched[:, :lq, :lk], single, atol=1e-5, rtol=1e-4)
+                # real queries give padded keys exactly zero weight
+                assert torch.all(batched[:, :lq, lk:] == 0)
+
+
+def test_attention_batch_bad_input(tiny_run):
+    for bad in ([], "seven"):
+        with pytest.raises(ValueError, match="non-empty list"):
+            attention_batch(tiny_run.model, bad)

@@ -56,3 +56,20 @@ def test_attention_explorer_crops_padding():
     image = explorer.static_figure().axes[0].images[0].get_array()
     assert image.shape == (2, 2)
     plt.close("all")
+
+
+def test_attention_explorer_labels_decoder_columns_with_its_inputs():
+    maps, src_labels, tgt_labels = small_maps()
+    outputs = [["x", "y", "z", "<eos>"], ["w", "<eos>"]]
+    explorer = widgets.attention_explorer(maps, src_labels, outputs, tgt_in_labels=tgt_labels)
+    explorer.controls["kind"].value = "decoder"
+    ax = explorer.static_figure().axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == outputs[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == tgt_labels[0]
+    plt.close("all")
+
+
+def test_attention_explorer_rejects_labels_for_the_wrong_batch():
+    maps, src_labels, tgt_labels = small_maps()
+    with pytest.raises(ValueError, match=r"src_labels must hold one list of tokens per example \(2\), got 1"):
+        widgets.attention_explorer(maps, src_labels[:1], tgt_labels)

@@ -165,26 +165,38 @@ def mask_explorer(src_len: int = 4, tgt_len: int = 5, max_len: int = 8) -> Explo
     return Explorer("Mask builder", controls, draw)
 
 
-def attention_explorer(maps: dict, src_labels: list, tgt_labels: list) -> Explorer:
+def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
+                       tgt_in_labels: list | None = None) -> Explorer:
     """Browse a trained model's attention: which map (encoder / decoder / cross), layer, head, example.
 
-    ``maps`` is the dict returned by ``Transformer(src, tgt_in, return_attention=True)``;
-    ``src_labels[b]`` and ``tgt_labels[b]`` are the token strings of example b (their lengths crop
-    away the padding).
+    ``maps`` is the dict returned by ``Transformer(src, tgt_in, return_attention=True)``: for each
+    kind a list, one per layer, of (B, H, Lq, Lk) tensors. ``src_labels[b]`` and ``tgt_labels[b]``
+    are the token strings of example b; their lengths crop away the padding. ``tgt_labels`` label
+    the decoder's rows (queries); ``tgt_in_labels`` (default: ``tgt_labels``) label the columns of
+    decoder self-attention, the tokens the decoder reads. With teacher forcing these differ: the
+    row that writes token i reads <bos> or token i - 1.
     """
     import ipywidgets
 
+    if tgt_in_labels is None:
+        tgt_in_labels = tgt_labels
     num_layers = len(maps["encoder"])
     batch, num_heads = maps["encoder"][0].shape[:2]
-    rows_cols = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_labels),
+    for name, labels in (("src_labels", src_labels), ("tgt_labels", tgt_labels),
+                         ("tgt_in_labels", tgt_in_labels)):
+        if len(labels) != batch:
+            raise ValueError(f"{name} must hold one list of tokens per example ({batch}), got {len(labels)}")
+    rows_cols = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_in_labels),
                  "cross": (tgt_labels, src_labels)}
 
     def draw(kind, layer, head, example):
         rows, cols = (labels[example] for labels in rows_cols[kind])
-        weights = maps[kind][layer][example, head, : len(rows), : len(cols)]
+        weights = maps[kind][layer][example, head, : len(rows), : len(cols)]  # (Lq, Lk), no padding
+        # Wide enough for the title even when a short example has only a few columns.
+        figsize = (max(4.6, 1.8 + 0.55 * len(cols)), max(3.4, 1.3 + 0.45 * len(rows)))
         return viz.show_heatmap(weights, row_labels=rows, col_labels=cols, vmin=0.0, vmax=1.0,
                                 title=f"{kind} attention, layer {layer + 1}, head {head + 1}",
-                                colorbar_label="attention weight")
+                                colorbar_label="attention weight", figsize=figsize)
 
     controls = {"kind": ipywidgets.Dropdown(options=["cross", "encoder", "decoder"], value="cross",
                                             description="attention"),

@@ -2,6 +2,7 @@
 -> German or French), with ``load_checkpoint`` and ``translate`` for trained models."""
 from .number_words import (
     NumberTranslator,
+    attention_batch,
     attention_maps,
     exact_match,
     load_checkpoint,
@@ -10,5 +11,5 @@ from .number_words import (
     translate,
 )
 
-__all__ = ["NumberTranslator", "attention_maps", "exact_match", "load_checkpoint", "save_checkpoint",
+__all__ = ["NumberTranslator", "attention_batch", "attention_maps", "exact_match", "load_checkpoint", "save_checkpoint",
            "train_number_words", "translate"]

@@ -236,6 +236,37 @@ def attention_maps(model: NumberTranslator, text: str, beam_size: int = 1) -> di
             **{kind: [m[0].cpu() for m in maps[kind]] for kind in ("encoder", "decoder", "cross")}}
 
 
+@torch.no_grad()
+def attention_batch(model: NumberTranslator, texts: list[str], beam_size: int = 1) -> dict:
+    """``attention_maps`` for several texts at once, as one padded batch (for the attention explorer).
+
+    Each text is translated, then the padded batch of (source, <bos> + output) runs through the
+    model once with ``return_attention=True``. Returns {"source", "target", "decoder_input",
+    "translation": one entry per text, as in ``attention_maps``; "encoder"/"decoder"/"cross": lists,
+    one per layer, of (B, H, Lq, Lk) CPU tensors}. Rows and columns past an example's own lengths
+    are padding; cropped to those lengths, each example's maps equal ``attention_maps`` of its text
+    alone (the masks make padding invisible).
+    """
+    if isinstance(texts, str) or not texts:
+        raise ValueError(f"texts must be a non-empty list of strings, got {texts!r}")
+    pad = model.src_vocab.pad_id
+    sources = [encode_source(model, text)[0] for text in texts]  # each (Ls_b,)
+    translations = [translate(model, text, beam_size) for text in texts]
+    targets = [model.tgt_tokenizer.tokenize(t) for t in translations]
+    device = sources[0].device
+    tgt_ins = [torch.tensor(model.tgt_vocab.encode(t, add_bos=True), device=device) for t in targets]
+    src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=pad)  # (B, Ls)
+    tgt_in = torch.nn.utils.rnn.pad_sequence(tgt_ins, batch_first=True, padding_value=pad)  # (B, Lt)
+    was_training = model.training
+    model.eval()
+    _, maps = model(src, tgt_in, return_attention=True)
+    model.train(was_training)
+    return {"source": [tokenize_words(" ".join(t.lower().split())) for t in texts],
+            "target": [t + ["<eos>"] for t in targets], "decoder_input": [["<bos>"] + t for t in targets],
+            "translation": translations,
+            **{kind: [m.cpu() for m in maps[kind]] for kind in ("encoder", "decoder", "cross")}}
+
+
 def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) -> str:
     """Save weights, model configuration and vocabularies to ``path``, atomically: the file is
     written under a temporary name in the same folder, then renamed with ``os.replace``, so
