@@ -159,6 +159,30 @@ def test_attention_adding_minus_100_is_named_on_large_scores():
     assert_named(result, "small_mask_constant")
 
 
+def test_attention_that_ignores_its_mask_is_named_as_such():
+    def ignores_mask(q, k, v, mask=None):
+        return attention_with(q, k, v, None)
+    result = check_attention(ignores_mask)
+    assert_named(result, "mask_ignored")
+    # At moderate scores a leak is not blamed on a small mask constant (at large scores the two
+    # mistakes give the same output, and the large-score case names the constant).
+    padding = dict((name, message) for name, message in result.failures())["padding mask (B, 1, Lk) hiding padded keys (lengths 5 and 2)"]
+    assert MISTAKES["mask_ignored"] in padding and MISTAKES["small_mask_constant"] not in padding
+
+
+def test_a_stray_nan_is_not_blamed_on_the_mask():
+    """Where there is no mask, the polarity and ignored-mask variants equal the right answer:
+    they cannot explain an output that differs from it (here by one NaN)."""
+    def one_nan(q, k, v, mask=None):
+        context, weights = attention_with(q, k, v, mask)
+        context = context.clone()
+        context.view(-1)[0] = float("nan")
+        return context, weights
+    text = failure_text(check_attention(one_nan))
+    assert "contains NaN" in text
+    assert MISTAKES["mask_polarity"] not in text and MISTAKES["mask_ignored"] not in text, text
+
+
 def test_attention_scaled_by_d_k_instead_of_its_root():
     def by_d_k(q, k, v, mask=None):
         return attention_with(q, k, v, mask, scale=float(q.size(-1)))
