@@ -156,6 +156,17 @@ def test_bucket_batcher_covers_each_example_once_and_trims():
         BucketBatcher(src, tgt[:5], batch_size=4)
 
 
+def test_bucket_batcher_length_counts_every_epoch_and_endless_has_none():
+    src = pad_sequences([[1, 2, 3]] * 10)
+    tgt = pad_sequences([[1, 4, 2]] * 10)
+    assert BucketBatcher(src, tgt, 4, epochs=3).batches_per_epoch == 3
+    assert len(BucketBatcher(src, tgt, 4, epochs=3)) == 9 == len(list(BucketBatcher(src, tgt, 4, epochs=3)))
+    with pytest.raises(TypeError, match="endless"):
+        len(BucketBatcher(src, tgt, 4))
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        BucketBatcher(src, tgt, 4, epochs=0)
+
+
 def test_number_words_data_tensors_decode_to_the_words():
     data = NumberWordsData("de", train_size=200, n_test=30, n_valid=10, seed=0)
     assert set(data.numbers["test"].tolist()).isdisjoint(data.numbers["train"].tolist())

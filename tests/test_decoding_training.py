@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
+from transformer_lib.data import BucketBatcher
 from conftest import PAD, make_small_model, random_tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -182,6 +183,13 @@ def test_train_stops_at_max_steps_on_endless_iterator():
     assert all(math.isfinite(x) for x in history["loss"])
     with pytest.raises(ValueError, match="max_steps or max_seconds"):
         tl.train(model, endless(), optimizer, progress=False)
+    # an endless BucketBatcher is endless too, although it knows its batches per epoch
+    src, tgt = next(_copy_batches(1, batch=6))
+    with pytest.raises(ValueError, match="max_steps or max_seconds"):
+        tl.train(model, BucketBatcher(src, tgt, batch_size=2), optimizer, progress=False)
+    history = tl.train(model, BucketBatcher(src, tgt, batch_size=2, epochs=2), optimizer,
+                       progress=False, log_every=100)
+    assert history["step"] == [6]  # 3 batches per epoch, 2 epochs
 
 
 def test_train_logs_the_last_steps_when_the_batches_run_out():
@@ -218,14 +226,18 @@ def test_noam_lr_peaks_at_warmup(d_model, warmup):
     assert tl.noam_lr(0, d_model, warmup) == tl.noam_lr(1, d_model, warmup) > 0
 
 
-def test_noam_lr_with_lambda_lr():
-    param = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: tl.noam_lr(s, 64, 10))
+def test_noam_lr_with_lambda_lr_as_documented():
+    """The recipe in noam_lr's docstring, as the capstone's make_optimizer uses it: update k
+    (counting from 1) runs at the paper's rate for step k, times lr_factor."""
+    from transformer_lib.examples.number_words import make_optimizer
+
+    model = tl.Transformer(8, 8, d_model=16, num_heads=2, num_encoder_layers=1,
+                           num_decoder_layers=1, d_ff=32)
+    optimizer, scheduler = make_optimizer(model, lr_factor=0.5, warmup=10)
     seen = []
     for _ in range(30):
-        seen.append(optimizer.param_groups[0]["lr"])
+        seen.append(optimizer.param_groups[0]["lr"])  # the rate of the coming update
         optimizer.step()
         scheduler.step()
-    assert seen == pytest.approx([tl.noam_lr(s, 64, 10) for s in range(30)])
-    assert max(seen) == pytest.approx(64**-0.5 * 10**-0.5)
+    assert seen == pytest.approx([0.5 * tl.noam_lr(k, 16, 10) for k in range(1, 31)], rel=1e-12)
+    assert seen.index(max(seen)) + 1 == 10  # the peak is update 10, the end of the warm-up

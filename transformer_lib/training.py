@@ -53,10 +53,14 @@ def train(model, batches, optimizer, scheduler=None, *, max_steps=None, max_seco
     history)`` runs every ``log_every`` steps (e.g. for a validation score). Returns the history:
     a dict of lists ``step``, ``loss``, ``acc``, ``lr``, ``seconds`` (one entry per logged step).
     """
-    if max_steps is None and max_seconds is None and not hasattr(batches, "__len__"):
+    try:
+        length = len(batches)
+    except TypeError:  # a generator, or an endless batcher
+        length = None
+    if max_steps is None and max_seconds is None and length is None:
         raise ValueError("an endless batch iterator needs max_steps or max_seconds")
     history = {"step": [], "loss": [], "acc": [], "lr": [], "seconds": []}
-    total = max_steps if max_steps is not None else (len(batches) if hasattr(batches, "__len__") else None)
+    total = max_steps if max_steps is not None else length
     bar = tqdm(total=total, disable=not progress, desc="training", unit="step")
     start = time.perf_counter()
     loss_sum = acc_sum = 0.0

@@ -6,6 +6,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from .._checks import check_positive_int
+
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
                   length: int | None = None) -> torch.Tensor:
@@ -40,10 +42,11 @@ class BucketBatcher:
         if src.dim() != 2 or tgt.dim() != 2 or src.size(0) != tgt.size(0):
             raise ValueError(f"src and tgt must be (N, Ls) and (N, Lt) with the same N, "
                              f"got {tuple(src.shape)} and {tuple(tgt.shape)}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_positive_int("batch_size", batch_size)
+        if epochs is not None:
+            check_positive_int("epochs", epochs)
         self.src, self.tgt = src, tgt
-        self.batch_size, self.pad_id, self.bucket = batch_size, pad_id, bucket
+        self.batch_size, self.bucket = batch_size, bucket
         self.pool = batch_size * pool_batches
         self.epochs = epochs
         self.rng = np.random.default_rng(seed)
@@ -51,16 +54,25 @@ class BucketBatcher:
         self.src_len = (src != pad_id).sum(1).cpu().numpy()
         self.tgt_len = (tgt != pad_id).sum(1).cpu().numpy()
 
-    def __len__(self) -> int:
+    @property
+    def batches_per_epoch(self) -> int:
         """Batches per pass over the data."""
         return -(-self.src.size(0) // self.batch_size)
+
+    def __len__(self) -> int:
+        """Batches in all, ``batches_per_epoch * epochs``; an endless batcher has no length."""
+        if self.epochs is None:
+            raise TypeError("an endless BucketBatcher (epochs=None) has no length; "
+                            "see batches_per_epoch")
+        return self.batches_per_epoch * self.epochs
 
     def epoch_batches(self) -> list[np.ndarray]:
         """The index arrays of one pass, in training order."""
         order = self.rng.permutation(self.src.size(0))
         batches = []
-        for start in range(0, len(order), self.pool if self.bucket else len(order)):
-            pool = order[start:start + self.pool] if self.bucket else order
+        size = self.pool if self.bucket else len(order)
+        for start in range(0, len(order), size):
+            pool = order[start:start + size]
             if self.bucket:  # sort by target length, then source length
                 pool = pool[np.lexsort((self.src_len[pool], self.tgt_len[pool]))]
             batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data import NumberWordsData, Vocab, target_tokenizer, tokenize_words
+from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.tokenize import MorphemeTokenizer
-from ..decoding import beam_search, greedy_decode
+from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..training import noam_lr, train
 from ..utils import get_device, set_seed
@@ -211,60 +211,41 @@ def translate(model: NumberTranslator, text: str, beam_size: int = 1, unknown: s
 
 
 @torch.no_grad()
-def attention_maps(model: NumberTranslator, text: str, beam_size: int = 1) -> dict:
-    """Translate ``text``, then run the model once more on (source, its own output) to collect
-    every attention map, for plotting.
-
-    Returns {"source": source tokens, "target": output tokens (ending with <eos>),
-    "decoder_input": <bos> and the output tokens (what the decoder reads), "translation":
-    the output string, "encoder"/"decoder"/"cross": lists of (H, Lq, Lk) CPU tensors, one per
-    layer}. Decoder rows are the positions that *predict* each output token (the input there is
-    <bos> or the token before), so row i of a cross map shows what the model looked at to write
-    ``target[i]``.
-    """
-    src = encode_source(model, text)
-    translation = translate(model, text, beam_size)
-    target = model.tgt_tokenizer.tokenize(translation)
-    tgt_in = torch.tensor([model.tgt_vocab.encode(target, add_bos=True)], device=src.device)
-    was_training = model.training
-    model.eval()
-    _, maps = model(src, tgt_in, return_attention=True)
-    model.train(was_training)
-    source = tokenize_words(" ".join(text.lower().split()))
-    return {"source": source, "target": target + ["<eos>"], "decoder_input": ["<bos>"] + target,
-            "translation": translation,
-            **{kind: [m[0].cpu() for m in maps[kind]] for kind in ("encoder", "decoder", "cross")}}
-
-
-@torch.no_grad()
 def attention_batch(model: NumberTranslator, texts: list[str], beam_size: int = 1) -> dict:
-    """``attention_maps`` for several texts at once, as one padded batch (for the attention explorer).
+    """Translate ``texts``, then run the model once more on (sources, its own outputs) as one padded
+    batch with ``return_attention=True``, to collect every attention map for plotting.
 
-    Each text is translated, then the padded batch of (source, <bos> + output) runs through the
-    model once with ``return_attention=True``. Returns {"source", "target", "decoder_input",
-    "translation": one entry per text, as in ``attention_maps``; "encoder"/"decoder"/"cross": lists,
-    one per layer, of (B, H, Lq, Lk) CPU tensors}. Rows and columns past an example's own lengths
-    are padding; cropped to those lengths, each example's maps equal ``attention_maps`` of its text
-    alone (the masks make padding invisible).
+    Returns lists with one entry per text: "source" (source tokens), "target" (output tokens,
+    ending with <eos>), "decoder_input" (<bos> and the output tokens: what the decoder reads),
+    "translation" (the output string); and "encoder"/"decoder"/"cross": lists, one per layer, of
+    (B, H, Lq, Lk) CPU tensors. Decoder rows are the positions that *predict* each output token, so
+    row i of a cross map shows what the model looked at to write ``target[i]``. Rows and columns
+    past an example's own lengths are padding; cropped to those lengths, an example's maps do not
+    depend on the others in the batch (the masks make padding invisible).
     """
     if isinstance(texts, str) or not texts:
         raise ValueError(f"texts must be a non-empty list of strings, got {texts!r}")
-    pad = model.src_vocab.pad_id
-    sources = [encode_source(model, text)[0] for text in texts]  # each (Ls_b,)
-    translations = [translate(model, text, beam_size) for text in texts]
+    device = next(model.parameters()).device
+    sources = [encode_source(model, text)[0].tolist() for text in texts]
+    src = pad_sequences(sources, model.pad_id).to(device)  # (B, Ls)
+    translations = decode_ids(model, src, beam_size)
     targets = [model.tgt_tokenizer.tokenize(t) for t in translations]
-    device = sources[0].device
-    tgt_ins = [torch.tensor(model.tgt_vocab.encode(t, add_bos=True), device=device) for t in targets]
-    src = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=pad)  # (B, Ls)
-    tgt_in = torch.nn.utils.rnn.pad_sequence(tgt_ins, batch_first=True, padding_value=pad)  # (B, Lt)
-    was_training = model.training
-    model.eval()
-    _, maps = model(src, tgt_in, return_attention=True)
-    model.train(was_training)
-    return {"source": [tokenize_words(" ".join(t.lower().split())) for t in texts],
-            "target": [t + ["<eos>"] for t in targets], "decoder_input": [["<bos>"] + t for t in targets],
+    tgt_in = pad_sequences([model.tgt_vocab.encode(t, add_bos=True) for t in targets],
+                           model.pad_id).to(device)  # (B, Lt)
+    with _eval_mode(model):
+        _, maps = model(src, tgt_in, return_attention=True)
+    return {"source": [model.src_vocab.decode(ids) for ids in sources],
+            "target": [t + [EOS] for t in targets], "decoder_input": [[BOS] + t for t in targets],
             "translation": translations,
             **{kind: [m.cpu() for m in maps[kind]] for kind in ("encoder", "decoder", "cross")}}
+
+
+def attention_maps(model: NumberTranslator, text: str, beam_size: int = 1) -> dict:
+    """``attention_batch`` for one text: the same keys, each for that text alone ("encoder",
+    "decoder" and "cross" hold one (H, Lq, Lk) tensor per layer)."""
+    batch = attention_batch(model, [text], beam_size)
+    return {key: [m[0] for m in value] if key in ("encoder", "decoder", "cross") else value[0]
+            for key, value in batch.items()}
 
 
 def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) -> str:
