@@ -13,12 +13,17 @@ import pytest
 import yaml
 
 from transformer_lib.assignments import student_config, write_student_config
-from transformer_lib.assignments.student_book import check_pages, solution_snippets, verify
+from transformer_lib.assignments.student_book import (
+    _split_solution_markdown,
+    check_pages,
+    solution_snippets,
+    verify,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_student_config_is_in_sync_with_the_main_config(tmp_path):
+def test_student_config_is_in_sync_with_the_main_config():
     state = write_student_config(ROOT / "_config.yml", ROOT / "_config_student.yml", check=True,
                                  log=None)
     assert state == "unchanged", ("_config_student.yml is out of date: run "
@@ -63,7 +68,6 @@ NOTEBOOK_CELLS = [
 def _tiny_book(folder: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "intro.md").write_text("# Tiny book\n\nThe introduction.\n")
-    (folder / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n")
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     for kind, source in NOTEBOOK_CELLS:
@@ -117,3 +121,11 @@ def test_student_build_has_exercises_but_no_solutions(tmp_path):
     assert len(check_pages(book, normal_html)["book/chapter.ipynb"]["found"]) == len(snippets)
     assert verify(student_html, book, normal_html, log=None)
     assert not verify(normal_html, book, log=None)  # the normal build does show solutions
+
+
+def test_a_code_block_inside_a_plain_solution_stays_inside():
+    source = ("intro\n````{solution} ex1\nsolution line one\n```python\nx = 1\n```\n"
+              "solution line two\n````\nafter")
+    solution, other, inside = _split_solution_markdown(source, False)
+    assert "solution line two" in solution and "x = 1" in solution
+    assert other.split() == ["intro", "after"] and not inside

@@ -34,39 +34,44 @@ def _outputs_text(cell) -> str:
     return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
 
 
+_BARE_FENCE = re.compile(r"^(```+|:::+)\s*$")
+
+
+def _skip_directive(lines: list[str], i: int) -> int:
+    """Index after a start/end directive's own block (its options and closing fence)."""
+    i += 1
+    while i < len(lines) and not _BARE_FENCE.match(lines[i].strip()):
+        i += 1
+    return i + 1
+
+
 def _split_solution_markdown(source: str, inside: bool):
-    """Split a markdown cell into (solution text, other text, inside-after)."""
+    """Split a markdown cell into (solution text, other text, inside-after).
+
+    ``inside`` says whether a ``{solution-start}`` is open when the cell begins. A plain
+    ``{solution}`` block ends at a bare fence of exactly its own opening fence, so a code block
+    nested in it (with a shorter fence) stays inside.
+    """
     solution, other = [], []
     lines = source.splitlines()
     i = 0
-    in_plain_solution = False
+    plain_fence = None  # the opening fence of an open plain {solution}, else None
     while i < len(lines):
-        line = lines[i]
-        match = _FENCE.match(line.strip())
-        if match and match.group(2) == "solution-start":
-            inside = True
-            # skip the directive's own block (options, closing fence)
-            i += 1
-            while i < len(lines) and not re.match(r"^(```+|:::+)\s*$", lines[i].strip()):
-                i += 1
-            i += 1
-            continue
-        if match and match.group(2) == "solution-end":
-            inside = False
-            i += 1
-            while i < len(lines) and not re.match(r"^(```+|:::+)\s*$", lines[i].strip()):
-                i += 1
-            i += 1
+        stripped = lines[i].strip()
+        match = _FENCE.match(stripped)
+        if match and match.group(2) in ("solution-start", "solution-end"):
+            inside = match.group(2) == "solution-start"
+            i = _skip_directive(lines, i)
             continue
         if match and match.group(2) == "solution":
-            in_plain_solution = True
+            plain_fence = match.group(1)
             i += 1
             continue
-        if in_plain_solution and re.match(r"^(```+|:::+)\s*$", line.strip()):
-            in_plain_solution = False
+        if plain_fence is not None and stripped == plain_fence:
+            plain_fence = None
             i += 1
             continue
-        (solution if inside or in_plain_solution else other).append(line)
+        (solution if inside or plain_fence is not None else other).append(lines[i])
         i += 1
     return "\n".join(solution), "\n".join(other), inside
 
