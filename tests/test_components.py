@@ -35,6 +35,16 @@ def test_causal_mask():
     assert torch.equal(mask[0, 0], torch.isinf(torch_mask))
 
 
+def test_causal_mask_with_offset_is_the_last_rows_of_the_full_mask():
+    for offset, length in ((0, 3), (2, 3), (5, 1)):
+        mask = tl.causal_mask(length, offset=offset)
+        assert mask.shape == (1, 1, length, offset + length)
+        assert torch.equal(mask, tl.causal_mask(offset + length)[:, :, offset:])
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="offset must be an int >= 0"):
+            tl.causal_mask(3, offset=bad)
+
+
 def test_decoder_self_mask_is_causal_or_padding():
     tgt = torch.tensor([[1, 5, 6, 0], [1, 7, 0, 0]])
     mask = tl.decoder_self_mask(tgt)

@@ -20,14 +20,18 @@ def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     return (tokens == pad_id)[:, None, None, :]  # (B, 1, 1, L)
 
 
-def causal_mask(length: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Block the future: (1, 1, L, L) bool, True strictly above the diagonal.
+def causal_mask(length: int, device: torch.device | str | None = None, offset: int = 0) -> torch.Tensor:
+    """Block the future: (1, 1, L, offset + L) bool, True strictly above the (shifted) diagonal.
 
-    Row i (a query position) may attend to columns 0..i (keys at or before it).
+    Row i (a query at position offset + i) may attend to columns 0..offset + i: the keys at or
+    before it. ``offset`` > 0 is for decoding with a cache: the L new queries follow ``offset``
+    cached positions, and the mask is the last L rows of ``causal_mask(offset + L)``.
     """
     check_positive_int("length", length)
-    ones = torch.ones(length, length, dtype=torch.bool, device=device)
-    return torch.triu(ones, diagonal=1)[None, None]  # (1, 1, L, L)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+    ones = torch.ones(length, offset + length, dtype=torch.bool, device=device)
+    return torch.triu(ones, diagonal=offset + 1)[None, None]  # (1, 1, L, offset + L)
 
 
 def decoder_self_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:

@@ -8,8 +8,9 @@ from ._checks import check_tensor
 from .decoder import Decoder
 from .embedding import TokenEmbedding
 from .encoder import Encoder
-from .masks import decoder_self_mask, padding_mask
+from .masks import causal_mask, decoder_self_mask, padding_mask
 from .positional import PositionalEncoding
+from .utils import count_parameters
 
 
 class Transformer(nn.Module):
@@ -68,10 +69,8 @@ class Transformer(nn.Module):
         new = tgt_in.size(1)
         if cache is None:
             self_mask = decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, Lt, Lt)
-        else:
-            # New query i sits at position offset + i and may see keys 0 .. offset + i.
-            ones = torch.ones(new, offset + new, dtype=torch.bool, device=tgt_in.device)
-            self_mask = torch.triu(ones, diagonal=offset + 1)[None, None]  # (1, 1, new, offset+new)
+        else:  # new query i sits at position offset + i and may see keys 0 .. offset + i
+            self_mask = causal_mask(new, device=tgt_in.device, offset=offset)  # (1, 1, new, offset+new)
         x = self.pos_enc(self.tgt_embed(tgt_in), offset=offset)
         out = self.decoder(x, memory, self_mask, padding_mask(src, self.pad_id),
                            need_weights=need_weights, cache=cache)
@@ -93,4 +92,4 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         """Trainable parameters, each shared tensor counted once."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return count_parameters(self)
