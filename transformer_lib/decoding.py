@@ -28,6 +28,15 @@ def _eval_mode(model):
         model.train(was_training)
 
 
+def _next_logits(model, ys, memory, src, cache):
+    """Logits for the token after each row of ``ys`` (B, t): (B, V). With a ``cache`` only the
+    newest token goes through the decoder (the earlier keys and values are cached); without one
+    the whole prefix is recomputed."""
+    if cache is not None:
+        return model.decode(ys[:, -1:], memory, src, cache=cache)[:, -1]  # (B, 1, V) -> (B, V)
+    return model.decode(ys, memory, src)[:, -1]  # (B, t, V) -> (B, V)
+
+
 def _check_decode_args(src, max_len):
     check_tensor("src", src, ndim=2)
     check_positive_int("max_len", max_len)
@@ -44,13 +53,9 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, use_cache=True):
         finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
         cache = model.decoder.new_cache() if use_cache else None
         for _ in range(max_len):
-            if use_cache:
-                logits = model.decode(ys[:, -1:], memory, src, cache=cache)  # (B, 1, V)
-            else:
-                logits = model.decode(ys, memory, src)  # (B, t, V)
+            next_logits = _next_logits(model, ys, memory, src, cache)  # (B, V)
             # Padding is never a real output token: a pad inside ys would be a blocked key for
             # full recomputation but an open one in the cache, and ambiguous with the fill after EOS.
-            next_logits = logits[:, -1].clone()  # (B, V)
             next_logits[:, model.pad_id] = float("-inf")
             next_token = next_logits.argmax(dim=-1)  # (B,)
             next_token = next_token.masked_fill(finished, model.pad_id)
@@ -90,10 +95,7 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
         lengths = torch.zeros(batch * k, dtype=torch.long, device=device)
         cache = model.decoder.new_cache() if use_cache else None
         for _ in range(max_len):
-            if use_cache:
-                logits = model.decode(ys[:, -1:], memory, src_rep, cache=cache)[:, -1]
-            else:
-                logits = model.decode(ys, memory, src_rep)[:, -1]  # (B*K, V)
+            logits = _next_logits(model, ys, memory, src_rep, cache)  # (B*K, V)
             log_probs = F.log_softmax(logits.float(), dim=-1)  # (B*K, V)
             vocab = log_probs.size(-1)
             # An unfinished beam may not emit padding (see greedy_decode); a finished beam may
