@@ -71,3 +71,12 @@ def test_show_source_of_a_function(capsys):
     out = capsys.readouterr().out
     assert out.lstrip().startswith("def noam_lr(")
     assert "warmup" in out
+
+
+def test_count_parameters_counts_shared_tensors_once_and_skips_frozen_ones():
+    layer = torch.nn.Linear(4, 3)  # 4*3 + 3
+    assert tl.count_parameters(layer) == 15
+    pair = torch.nn.Sequential(layer, layer)  # the same module twice: one set of tensors
+    assert tl.count_parameters(pair) == 15
+    layer.bias.requires_grad_(False)
+    assert tl.count_parameters(layer) == 12

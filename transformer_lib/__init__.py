@@ -25,7 +25,7 @@ from .multihead import MultiHeadAttention
 from .norm import LayerNorm
 from .positional import PositionalEncoding, sinusoidal_table
 from .training import noam_lr, train, train_step
-from .utils import get_device, set_seed, show_source
+from .utils import count_parameters, get_device, set_seed, show_source
 
 __version__ = "0.1.0"
 
@@ -33,7 +33,7 @@ __all__ = [
     "AdditiveScore", "Attention", "Decoder", "DecoderLayer", "DotScore", "Encoder", "EncoderLayer",
     "GeneralScore", "LayerNorm", "MultiHeadAttention", "PositionalEncoding",
     "PositionwiseFeedForward", "ScaledDotScore", "TokenEmbedding", "Transformer", "beam_search",
-    "causal_mask", "cross_mask", "decoder_self_mask", "get_device", "greedy_decode",
+    "causal_mask", "count_parameters", "cross_mask", "decoder_self_mask", "get_device", "greedy_decode",
     "masked_cross_entropy", "masked_softmax", "noam_lr", "padding_mask", "scaled_dot_product_attention",
     "set_seed", "show_source", "sinusoidal_table", "token_accuracy", "train", "train_step",
 ]

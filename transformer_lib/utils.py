@@ -25,6 +25,12 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def count_parameters(module: torch.nn.Module) -> int:
+    """Trainable parameters of ``module``; a tensor shared by two sub-modules is counted once
+    (``module.parameters()`` yields each tensor once)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
 def get_device() -> torch.device:
     """The best available device: CUDA, then Apple's MPS, then the CPU."""
     if torch.cuda.is_available():
