@@ -42,31 +42,26 @@ def test_committed_student_notebooks_are_up_to_date():
                        f"`python -m transformer_lib.assignments build --force` and commit them")
 
 
-def _code(nb, include_checks: bool) -> str:
-    """The notebook's code without the Colab cell (and without the check cells if asked)."""
-    cells = [c.source for c in nb.cells if c.cell_type == "code"
-             and not c.source.startswith("# Colab setup")]
-    if not include_checks:
-        cells = [c for c in cells if not c.startswith("check_")]
-    return "\n\n".join(cells)
+def _run_and_grade(folder, name) -> dict:
+    """Execute a notebook's code (all of it, check cells included, without the Colab cell) and
+    grade the namespace it leaves: {task: {"score", "total", "feedback", ...}}."""
+    nb = nbformat.read(folder / name, as_version=4)
+    code = "\n\n".join(c.source for c in nb.cells if c.cell_type == "code"
+                        and not c.source.startswith("# Colab setup"))
+    namespace: dict = {}
+    exec(compile(code, name, "exec"), namespace)  # nothing may raise at top level
+    return grade_namespace(namespace, nb.metadata["transformer_lib"]["tasks"])
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_instructor_solutions_score_full_marks(name):
-    nb = nbformat.read(INSTRUCTOR / name, as_version=4)
-    namespace: dict = {}
-    exec(compile(_code(nb, include_checks=True), name, "exec"), namespace)
-    graded = grade_namespace(namespace, nb.metadata["transformer_lib"]["tasks"])
+    graded = _run_and_grade(INSTRUCTOR, name)
     assert graded and all(info["score"] == 1.0 for info in graded.values()), graded
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_untouched_student_notebooks_run_and_score_zero(name):
-    nb = nbformat.read(STUDENT / name, as_version=4)
-    namespace: dict = {}
-    # The whole notebook runs, check cells included: nothing raises at top level.
-    exec(compile(_code(nb, include_checks=True), name, "exec"), namespace)
-    graded = grade_namespace(namespace, nb.metadata["transformer_lib"]["tasks"])
+    graded = _run_and_grade(STUDENT, name)
     assert graded and all(info["score"] == 0.0 and info["total"] > 0 for info in graded.values())
     assert all("not implemented yet" in info["feedback"] for info in graded.values())
 

@@ -124,17 +124,7 @@ def build(source=DEFAULT_SOURCE, dest=DEFAULT_DEST, force: bool = False, check: 
         nb = nbformat.read(path, as_version=4)
         text = render(make_student(nb, path.name))
         target = dest / path.name
-        old = target.read_text(encoding="utf-8") if target.exists() else None
-        if old == text:
-            state = "unchanged"
-        elif check:
-            state = "missing" if old is None else "stale"
-        elif old is not None and not force:
-            state = "refused"
-        else:
-            dest.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            state = "created" if old is None else "updated"
+        state = _sync(target, text, check=check, force=force)
         states[path.name] = state
         if log:
             note = {"refused": " (exists and differs; it may hold a student's work: use --force "
@@ -143,6 +133,21 @@ def build(source=DEFAULT_SOURCE, dest=DEFAULT_DEST, force: bool = False, check: 
                     "missing": " (run python -m transformer_lib.assignments build)"}.get(state, "")
             log(f"{state:9} {target}{note}")
     return states
+
+
+def _sync(target: Path, text: str, *, check: bool, force: bool = True) -> str:
+    """Make ``target`` hold ``text``: "unchanged", "created" or "updated"; with ``check`` nothing
+    is written ("missing", "stale"); without ``force`` a differing file is kept ("refused")."""
+    old = target.read_text(encoding="utf-8") if target.exists() else None
+    if old == text:
+        return "unchanged"
+    if check:
+        return "missing" if old is None else "stale"
+    if old is not None and not force:
+        return "refused"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return "created" if old is None else "updated"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -194,14 +199,7 @@ def write_student_config(main_config="_config.yml", target="_config_student.yml"
         raise ValueError(f"{main_config} does not hold a YAML mapping")
     text = STUDENT_CONFIG_HEADER + yaml.safe_dump(student_config(config), sort_keys=False,
                                                   allow_unicode=True, width=100)
-    old = target.read_text(encoding="utf-8") if target.exists() else None
-    if old == text:
-        state = "unchanged"
-    elif check:
-        state = "missing" if old is None else "stale"
-    else:
-        target.write_text(text, encoding="utf-8")
-        state = "created" if old is None else "updated"
+    state = _sync(target, text, check=check)
     if log:
         log(f"{state:9} {target}" + (" (run python -m transformer_lib.assignments student-config)"
                                      if state in ("missing", "stale") else ""))

@@ -75,10 +75,6 @@ class GradeResult:
                 lines.append(f"- {name}: {shown}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
-        return {"title": self.title, "score": self.score, "passed": self.passed, "total": self.total,
-                "cases": [list(c) for c in self.cases]}
-
     def __str__(self) -> str:
         verdict = "all passed" if self else "some failed" if self.total else "nothing checked"
         lines = [f"{self.title}: {self.passed}/{self.total} cases passed ({verdict})"]
