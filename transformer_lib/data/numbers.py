@@ -75,7 +75,6 @@ class NumberSplit:
     test: np.ndarray
     valid: np.ndarray
     max_number: int = MAX_NUMBER
-    seed: int = 0
     held_out: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -119,14 +118,15 @@ def split_numbers(n_test: int = 2000, n_valid: int = 500, seed: int = 0,
         test.append(chosen[:nt])
         valid.append(chosen[nt:])
     return NumberSplit(np.sort(np.concatenate(test)).astype(np.int64),
-                       np.sort(np.concatenate(valid)).astype(np.int64), max_number, seed)
+                       np.sort(np.concatenate(valid)).astype(np.int64), max_number)
 
 
 class NumberWordsData:
     """Everything the capstone trains and tests on, for one target language.
 
     - ``split``: the held-out test/valid numbers (``split_numbers``);
-    - ``train_numbers``: ``train_size`` numbers sampled across magnitudes from the training part;
+    - ``numbers[name]`` for name in "train", "valid", "test": the numbers of each split, "train"
+      being ``train_size`` numbers sampled across magnitudes (with repeats) from the training part;
     - ``src_vocab`` (English words) and ``tgt_vocab`` (morphemes or characters), built from the
       training pairs only;
     - ``cache``: the (number, lang) -> words dictionary, shareable between data sets;
@@ -140,39 +140,33 @@ class NumberWordsData:
                  max_number: int = MAX_NUMBER, cache: dict | None = None):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
-        self.lang, self.scheme, self.seed = lang, scheme, seed
+        self.lang, self.scheme = lang, scheme
         self.tgt_tokenizer = target_tokenizer(lang, scheme)
         self.split = split_numbers(n_test, n_valid, seed, max_number)
-        self.train_numbers = self.split.sample_train(train_size, seed=seed + 1)
-        self.numbers = {"train": self.train_numbers, "valid": self.split.valid, "test": self.split.test}
+        self.numbers = {"train": self.split.sample_train(train_size, seed=seed + 1),
+                        "valid": self.split.valid, "test": self.split.test}
         # (number, lang) -> words; pass the ``cache`` of another data set to reuse its English.
-        self._words: dict[tuple[int, str], str] = {} if cache is None else cache
-        train_src, train_tgt = self._tokenized(self.train_numbers)
+        self.cache: dict[tuple[int, str], str] = {} if cache is None else cache
+        train_src, train_tgt = self._tokenized(self.numbers["train"])
         self.src_vocab = Vocab.from_sequences(train_src)
         self.tgt_vocab = Vocab.from_sequences(train_tgt)
         self.tensors = {"train": self._encode(train_src, train_tgt)}
         for name in ("valid", "test"):
             self.tensors[name] = self._encode(*self._tokenized(self.numbers[name]))
 
-    @property
-    def cache(self) -> dict:
-        return self._words
-
     def words(self, n: int, lang: str | None = None) -> str:
         """The words for ``n`` in ``lang`` (default: the target language), cached."""
         key = (int(n), lang or self.lang)
-        if key not in self._words:
-            self._words[key] = number_to_words(key[0], key[1])
-        return self._words[key]
+        if key not in self.cache:
+            self.cache[key] = number_to_words(key[0], key[1])
+        return self.cache[key]
 
     def pair(self, n: int) -> tuple[str, str]:
         """(English words, target words) for the number ``n``."""
         return self.words(n, "en"), self.words(n)
 
     def _tokenized(self, numbers):
-        src = [tokenize_words(self.words(n, "en")) for n in numbers]
-        tgt = [self.tgt_tokenizer.tokenize(self.words(n)) for n in numbers]
-        return src, tgt
+        return [self.source_tokens(n) for n in numbers], [self.target_tokens(n) for n in numbers]
 
     def _encode(self, src_tokens, tgt_tokens):
         src = pad_sequences([self.src_vocab.encode(t) for t in src_tokens], Vocab.pad_id)

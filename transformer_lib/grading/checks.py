@@ -536,14 +536,9 @@ def _mha_variant(ref, query, key, value, mask=None, split="ok", merge="ok", scal
         return x.reshape(batch, -1, h, d_k)  # (B, L, H, d_k), transpose forgotten
 
     q, k, v = split_heads(ref.q_proj(query)), split_heads(ref.k_proj(key)), split_heads(ref.v_proj(value))
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(d_k) if scale is None else scale)
-    blocked = None if mask is None else (~mask if invert else mask)
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=softmax_dim)
-    if blocked is not None and (softmax_dim == -1 if zero is None else zero):
-        weights = weights.masked_fill(blocked, 0.0)
-    context = weights @ v
+    # the attention itself, with the same knobs as the plain attention check's variants
+    context, _ = _attention_variant(q, k, v, mask, scale=scale if scale is not None else math.sqrt(d_k),
+                                    softmax_dim=softmax_dim, invert=invert, zero=zero)
     if merge == "ok" and split != "view_lhd":
         context = context.transpose(1, 2)
     context = context.reshape(batch, lq, d)
@@ -825,8 +820,7 @@ def _table_variant(max_len, d_model, kind):
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     n_cos = d_model // 2
     if kind == "concatenated_halves":
-        half = (d_model + 1) // 2
-        return torch.cat([torch.sin(angles), torch.cos(angles[:, :n_cos])], dim=1)[:, :d_model] if half else table
+        return torch.cat([torch.sin(angles), torch.cos(angles[:, :n_cos])], dim=1)  # (max_len, d_model)
     first, second = (torch.cos, torch.sin) if kind == "sin_cos_swapped" else (torch.sin, torch.cos)
     table[:, 0::2] = first(angles)
     table[:, 1::2] = second(angles[:, :n_cos])
