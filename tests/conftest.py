@@ -7,6 +7,11 @@ compared number for number. Tests receive it through the ``copy_weights`` fixtur
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -14,6 +19,27 @@ import transformer_lib as tl
 from transformer_lib.interop import copy_from_torch
 
 PAD = 0  # the padding id used throughout the tests
+
+# CI sets TT_REQUIRE_ALL=1: there, a test whose tool is missing fails instead of skipping.
+REQUIRE_ALL = os.environ.get("TT_REQUIRE_ALL") == "1"
+
+
+def need(available, reason: str) -> None:
+    """Skip the calling test with ``reason`` unless ``available``; under TT_REQUIRE_ALL=1, fail."""
+    if available:
+        return
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason} (TT_REQUIRE_ALL=1: CI must have it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def tool(name: str) -> str | None:
+    """A command-line tool installed beside this Python (its venv's bin/), else one on PATH.
+
+    Tests run ``python -m pytest`` from a venv that need not be activated, so PATH alone may miss
+    the venv's own ``jupyter-book`` or ``jupyter``.
+    """
+    return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
 
 
 @pytest.fixture

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import need, tool
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # the CLI installed next to this Python (jupyter_book has no __main__ module)
-JUPYTER_BOOK = shutil.which("jupyter-book", path=str(Path(sys.executable).parent)) or "jupyter-book"
+JUPYTER_BOOK = tool("jupyter-book") or "jupyter-book"
 CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--disable-quic", "--disable-component-update", "--disable-sync"]
 
@@ -83,9 +84,11 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")  # closed after this module: Playwright's event loop must not
 def browser():                    # outlive it (nbclient in later tests calls asyncio.run)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no Chromium on this machine (apt-get install chromium); the browser test needs one")
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    need(chromium, "no Chromium on this machine (apt-get install chromium); the browser test needs one")
+    try:
+        import playwright.sync_api as playwright
+    except ImportError:
+        need(False, "Playwright is not installed (pip install -r requirements.txt)")
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         yield browser

@@ -48,8 +48,10 @@ def test_check_catches_a_missing_or_edited_cell(tmp_path):
 def test_package_installs_into_a_fresh_venv(tmp_path):
     """`pip install .` from a clean copy of the tracked files, in a new virtual environment.
 
-    The venv sees the system's site-packages so torch (several GB from PyPI) is not downloaded again;
-    transformer_lib itself must come from the install, not from the source folder.
+    The venv is isolated (no system site-packages): the package's own dependencies must be enough.
+    They are taken at the locked versions (``-c requirements.txt``), which pip finds in its cache or
+    on this machine's disk, so nothing large is downloaded twice; transformer_lib itself must come
+    from the install, not from the source folder.
     """
     checkout = tmp_path / "checkout"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
@@ -60,11 +62,14 @@ def test_package_installs_into_a_fresh_venv(tmp_path):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(source.read_bytes())
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(checkout)],
-                             capture_output=True, text=True, env=env, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    constraints = tmp_path / "constraints.txt"  # the lock without its `-e .` line
+    constraints.write_text("\n".join(line for line in (ROOT / "requirements.txt").read_text().splitlines()
+                                     if not line.startswith("-e")))
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(constraints),
+                              str(checkout)], capture_output=True, text=True, env=env, timeout=900)
     assert install.returncode == 0, install.stdout + install.stderr
     code = ("import transformer_lib as tl, torch; "
             "m = tl.Transformer(11, 11, d_model=16, num_heads=2, num_encoder_layers=1, "

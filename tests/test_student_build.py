@@ -4,7 +4,6 @@ exercises but no solution: neither the prose nor the code cells of gated solutio
 {solution} directives, nor the notebook sources."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import nbformat
 import pytest
 import yaml
 
+from conftest import need, tool
 from transformer_lib.assignments import student_config, write_student_config
 from transformer_lib.assignments.student_book import (
     _split_solution_markdown,
@@ -82,13 +82,14 @@ def _tiny_book(folder: Path) -> None:
     (folder / "_config_student.yml").write_text(yaml.safe_dump(student_config(MAIN_CONFIG)))
 
 
-@pytest.mark.skipif(shutil.which("jupyter-book") is None, reason="jupyter-book is not installed")
 def test_student_build_has_exercises_but_no_solutions(tmp_path):
+    jupyter_book = tool("jupyter-book")
+    need(jupyter_book, "jupyter-book is not installed (pip install -r requirements.txt)")
     book = tmp_path / "tiny"
     _tiny_book(book)
     builds = {
-        "normal": ["jupyter-book", "build", ".", "--path-output", str(tmp_path / "normal"), "-W"],
-        "student": ["jupyter-book", "build", ".", "--config", "_config_student.yml",
+        "normal": [jupyter_book, "build", ".", "--path-output", str(tmp_path / "normal"), "-W"],
+        "student": [jupyter_book, "build", ".", "--config", "_config_student.yml",
                     "--path-output", str(tmp_path / "student"), "-W"],
     }
     running = {name: subprocess.Popen(cmd, cwd=book, stdout=subprocess.PIPE,
