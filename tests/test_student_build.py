@@ -48,17 +48,20 @@ MAIN_CONFIG = {
     "only_build_toc_files": True,
     "execute": {"execute_notebooks": "off"},
     "parse": {"myst_enable_extensions": ["dollarmath", "colon_fence"]},
-    "sphinx": {"extra_extensions": ["sphinx_exercise", "sphinx_togglebutton"]},
+    "sphinx": {"extra_extensions": ["sphinx_exercise", "sphinx_togglebutton",
+                                    "transformer_lib.assignments.exercises"]},
 }
+SOLUTION = {"tags": ["solution"], "jupyter": {"source_hidden": True}}
 
 NOTEBOOK_CELLS = [
     ("markdown", "# Tiny chapter\n\nVisible teaching text."),
     ("code", "print('visible code 1234')"),
-    ("markdown", "```{exercise}\n:label: tiny-ex1\n\nExercise text: add the two numbers.\n```"),
-    ("markdown", "```{solution-start} tiny-ex1\n:class: dropdown\n```\n"
-                 "Gated solution prose: unicorn explanation."),
-    ("code", "gated_solution_value = 40 + 2\nprint('gated solution output', gated_solution_value)"),
-    ("markdown", "```{solution-end}\n```"),
+    # the chapters' portable form (transformer_lib.assignments.exercises), converted at build time
+    ("markdown", "<!-- exercise: tiny-ex1 -->\n**Exercise.** Exercise text: add the two numbers."),
+    ("markdown", "<details>\n<summary><b>Solution</b></summary>\n<!-- solution: tiny-ex1 -->\n\n"
+                 "Gated solution prose: unicorn explanation.\n\n</details>", SOLUTION),
+    ("code", "# @title Solution code\ngated_solution_value = 40 + 2\n"
+             "print('gated solution output', gated_solution_value)", SOLUTION),
     ("markdown", "```{exercise}\n:label: tiny-ex2\n\nSecond exercise text.\n```"),
     ("markdown", "```{solution} tiny-ex2\n:class: dropdown\n\nPlain solution prose: zebra answer.\n```"),
     ("markdown", "Text after the solutions stays visible."),
@@ -70,8 +73,9 @@ def _tiny_book(folder: Path) -> None:
     (folder / "intro.md").write_text("# Tiny book\n\nThe introduction.\n")
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for kind, source in NOTEBOOK_CELLS:
+    for kind, source, *metadata in NOTEBOOK_CELLS:
         cell = (nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell)(source)
+        cell.metadata.update(*metadata)
         if kind == "code":
             cell.outputs = [nbformat.v4.new_output("stream", text=source.split("print(")[1][:-1] + "\n")]
         nb.cells.append(cell)

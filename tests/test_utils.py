@@ -1,6 +1,7 @@
 """Utilities: seeding, device choice, showing library source."""
 from __future__ import annotations
 
+import inspect
 import random
 
 import numpy as np
@@ -80,3 +81,20 @@ def test_count_parameters_counts_shared_tensors_once_and_skips_frozen_ones():
     assert tl.count_parameters(pair) == 15
     layer.bias.requires_grad_(False)
     assert tl.count_parameters(layer) == 12
+
+
+def test_source_code_is_stored_as_text_that_the_front_end_highlights():
+    from IPython.core.formatters import DisplayFormatter
+
+    shown = tl.utils.SourceCode(inspect.getsource(tl.noam_lr))
+    data, _ = DisplayFormatter().format(shown)
+    assert set(data) == {"text/markdown", "text/plain"}  # no pre-rendered HTML or LaTeX
+    assert data["text/markdown"].startswith("```python\ndef noam_lr(")
+    assert data["text/markdown"].endswith("\n```")
+    assert data["text/plain"].startswith("def noam_lr(")
+
+
+def test_source_code_fence_outlasts_backticks_in_the_source():
+    source = 'def f():\n    """Example:\n\n    ```python\n    f()\n    ```\n    """\n'
+    markdown = tl.utils.SourceCode(source)._repr_markdown_()
+    assert markdown.startswith("````python\n") and markdown.endswith("\n````")

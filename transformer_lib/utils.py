@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 import os
 import random
+import re
 
 import numpy as np
 import torch
@@ -41,20 +42,43 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+class SourceCode:
+    """The source text of a library object, displayed as a fenced ``python`` block of Markdown.
+
+    A notebook stores this object's output as the *text* itself (``text/markdown`` and
+    ``text/plain``), never as a highlighter's HTML: Jupyter, Colab and the HTML book highlight it
+    when they display it. So the stored output changes when, and only when, the library's source
+    changes (nbval then fails, as it should), not when Pygments or IPython is upgraded.
+    """
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def _repr_markdown_(self) -> str:
+        # A fence longer than any run of backticks inside the source, so none can close it early.
+        longest = max((len(run) for run in re.findall(r"`+", self.source)), default=0)
+        fence = "`" * max(3, longest + 1)
+        return f"{fence}python\n{self.source.rstrip()}\n{fence}"
+
+    def __repr__(self) -> str:
+        return self.source.rstrip()
+
+
 def show_source(obj) -> None:
-    """Display the source code of a library function or class, syntax-highlighted in notebooks.
+    """Display the source code of a library function or class.
 
     Chapters use this to show the library's *real* code (not a copy), so book and package cannot
-    drift apart. Outside a notebook it prints plain text.
+    drift apart. In a notebook the source is displayed as Markdown, which the front end
+    highlights; outside one it is printed as plain text.
     """
     source = inspect.getsource(obj)
     try:
         from IPython import get_ipython
-        from IPython.display import Code, display
+        from IPython.display import display
     except ImportError:  # plain Python
         print(source)
         return
     if get_ipython() is None:
         print(source)
         return
-    display(Code(source, language="python"))
+    display(SourceCode(source))

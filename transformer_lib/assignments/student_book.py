@@ -80,7 +80,11 @@ def solution_snippets(notebook_path) -> list[str]:
     """Distinctive lines of a notebook's solutions (prose, code and outputs)."""
     import nbformat
 
-    nb = nbformat.read(notebook_path, as_version=4)
+    from .exercises import to_myst
+
+    # The chapters hold exercises in a portable form; the book's build (and so this check)
+    # sees them as sphinx-exercise directives.
+    nb = nbformat.from_dict(to_myst(nbformat.read(notebook_path, as_version=4)))
     inside = False
     solution_parts, other_parts = [], []
     for cell in nb.cells:
