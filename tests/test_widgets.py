@@ -73,3 +73,40 @@ def test_attention_explorer_rejects_labels_for_the_wrong_batch():
     maps, src_labels, tgt_labels = small_maps()
     with pytest.raises(ValueError, match=r"src_labels must hold one list of tokens per example \(2\), got 1"):
         widgets.attention_explorer(maps, src_labels[:1], tgt_labels)
+
+
+def _bar_heights(fig):
+    """The heights of the 'scaled' bars of a softmax_explorer figure (the second bar series)."""
+    ax = fig.axes[0]
+    heights = torch.tensor([patch.get_height() for patch in ax.containers[1]])
+    plt.close(fig)
+    return heights
+
+
+def test_softmax_explorer_keeps_its_data_when_d_k_moves():
+    """One step of d_k adds one dimension to the same q and k; it must not draw new vectors."""
+    explorer = widgets.softmax_explorer(d_k=64, length=10)
+    before = _bar_heights(explorer.static_figure())
+    explorer.controls["d_k"].value = 65
+    after = _bar_heights(explorer.static_figure())
+    assert before.argmax() == after.argmax()
+    assert torch.corrcoef(torch.stack([before, after]))[0, 1] > 0.9
+    explorer.controls["length"].value = 11  # one more key: the first ten keep their scores
+    longer = _bar_heights(explorer.static_figure())
+    ratio = longer[:10] / after
+    assert torch.allclose(ratio, ratio[0].expand(10), rtol=1e-5), "softmax over 11 keys rescales the 10"
+
+
+def test_softmax_explorer_refuses_settings_outside_its_sliders():
+    with pytest.raises(ValueError, match="d_k"):
+        widgets.softmax_explorer(d_k=1000)
+
+
+def test_widget_view_for_ipywidgets_7_style_widgets():
+    """ipywidgets 7 widgets have no _repr_mimebundle_; widget_view builds the same view."""
+
+    class Widget7:
+        model_id = "abc123"
+
+    bundle = widgets.widget_view(Widget7())
+    assert bundle[widgets.WIDGET_VIEW] == {"version_major": 2, "version_minor": 0, "model_id": "abc123"}

@@ -77,10 +77,27 @@ class Explorer:
         return f"{self.title} ({settings}): interactive in Jupyter, a static figure in the HTML book"
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = dict(self.widget()._repr_mimebundle_())
+        bundle = widget_view(self.widget())
         bundle["image/png"] = base64.b64encode(self._image.value).decode("ascii")
         bundle["text/plain"] = repr(self)
         return bundle
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def widget_view(widget) -> dict:
+    """The MIME bundle that shows a live ipywidgets widget, on ipywidgets 7 and 8 alike.
+
+    ipywidgets 8 widgets have ``_repr_mimebundle_``. ipywidgets 7 (Colab's version for years) display
+    through ``_ipython_display_`` instead, which publishes this same view by itself; we build the
+    view here so that one bundle can carry the widget and the static PNG together.
+    """
+    if hasattr(widget, "_repr_mimebundle_"):  # ipywidgets >= 8
+        return dict(widget._repr_mimebundle_())
+    return {WIDGET_VIEW: {"version_major": 2, "version_minor": 0,  # ipywidgets 7
+                          "model_id": widget.model_id},
+            "text/plain": repr(widget)}
 
 
 def _int_slider(description, value, low, high, step=1):
@@ -113,10 +130,15 @@ def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer
     Unscaled scores have variance d_k, so the softmax saturates (one weight near 1) as d_k grows.
     """
 
+    # Draw the data once, for the largest d_k and number of keys the sliders allow, and slice it:
+    # moving one slider then changes only that setting, never the random vectors themselves.
+    max_d_k, max_length = 512, 30
+    generator = torch.Generator().manual_seed(seed)
+    q_all = torch.randn(1, max_d_k, generator=generator)  # (1, max_d_k)
+    k_all = torch.randn(max_length, max_d_k, generator=generator)  # (max_length, max_d_k)
+
     def draw(d_k, length, temperature):
-        generator = torch.Generator().manual_seed(seed)
-        q = torch.randn(1, d_k, generator=generator)
-        k = torch.randn(length, d_k, generator=generator)
+        q, k = q_all[:, :d_k], k_all[:length, :d_k]  # (1, d_k), (length, d_k)
         scores = (q @ k.T)[0]  # (length,)
         series = {"unscaled: softmax(q.k)": torch.softmax(scores / temperature, -1),
                   "scaled: softmax(q.k / sqrt(d_k))": torch.softmax(scores / (temperature * d_k**0.5), -1)}
@@ -133,11 +155,14 @@ def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer
 
     import ipywidgets
 
-    controls = {"d_k": _int_slider("d_k", d_k, 1, 512),
-                "length": _int_slider("keys", length, 2, 30),
-                "temperature": ipywidgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.1,
-                                                         description="temperature",
-                                                         continuous_update=False)}
+    if not 1 <= d_k <= max_d_k or not 2 <= length <= max_length:
+        raise ValueError(f"softmax_explorer needs 1 <= d_k <= {max_d_k} and 2 <= length <= "
+                         f"{max_length}, got d_k={d_k!r}, length={length!r}")
+    controls = {"d_k": _int_slider("d_k", d_k, 1, max_d_k),
+                "length": _int_slider("keys", length, 2, max_length),
+                "temperature": ipywidgets.FloatLogSlider(
+                    value=1.0, base=10, min=-1, max=1, step=0.1, description="temperature",
+                    continuous_update=False, style={"description_width": "initial"})}
     return Explorer("Softmax scaling explorer", controls, draw)
 
 
@@ -206,4 +231,5 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
     return Explorer("Attention explorer", controls, draw)
 
 
-__all__ = ["Explorer", "attention_explorer", "mask_explorer", "positional_explorer", "softmax_explorer"]
+__all__ = ["Explorer", "attention_explorer", "mask_explorer", "positional_explorer", "softmax_explorer",
+           "widget_view"]
