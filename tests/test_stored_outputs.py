@@ -1,0 +1,66 @@
+"""Stored chapter outputs hold nothing that depends on the machine, the moment or a library version.
+
+nbval compares stored outputs with a fresh run, so anything in them that varies between machines
+(addresses, paths, timings, versions, random widget ids) makes the book fail somewhere else. Cells
+whose first line is ``# NBVAL_IGNORE_OUTPUT`` (with a reason) are exempt: nbval does not compare them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+FORBIDDEN = {
+    "a memory address": re.compile(r"\bat 0x[0-9a-fA-F]{6,}"),
+    "a path on this machine": re.compile(r"(/home/|/root/|/tmp/|/work/|site-packages|\\Users\\)"),
+    "a progress bar's rate or time": re.compile(r"\d+(\.\d+)?\s?(it/s|s/it)|\[\d\d:\d\d<"),
+    "a wall time": re.compile(r"\b\d+(\.\d+)?\s?(ms|µs|us|seconds|sec)\b|\bin \d+(\.\d+)? ?s\b"),
+    "a library version": re.compile(r"\b(torch|numpy|matplotlib|Python|ipywidgets|transformers)"
+                                    r"[ =]+v?\d+\.\d+\.\d+"),
+    "Pygments HTML": re.compile(r'<div class="highlight"|class="sd"'),
+}
+
+
+def texts(output) -> list[str]:
+    if output.output_type == "stream":
+        return [output.text]
+    if output.output_type == "error":
+        return ["\n".join(output.traceback)]
+    data = output.get("data", {})
+    return [value for key, value in data.items() if key.startswith("text/") and isinstance(value, str)]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_stored_outputs_are_machine_independent(path):
+    nb = nbformat.read(path, as_version=4)
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or cell.source.startswith("# NBVAL_IGNORE_OUTPUT"):
+            continue
+        if "execution" in cell.metadata:
+            problems.append(f"cell {index}: execution timestamps stored")
+        for output in cell.outputs:
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {}):
+                problems.append(f"cell {index}: a widget view (random model id) stored")
+            for text in texts(output):
+                for what, pattern in FORBIDDEN.items():
+                    match = pattern.search(text)
+                    if match:
+                        problems.append(f"cell {index}: {what}: {match.group(0)!r}")
+    if "widgets" in nb.metadata:
+        problems.append("notebook metadata holds ipywidgets state")
+    if nb.metadata.get("kernelspec") != KERNELSPEC:
+        problems.append(f"kernelspec {nb.metadata.get('kernelspec')} is not the one JupyterLab writes")
+    assert not problems, f"{path.name} (re-execute with scripts/execute_chapters.py):\n" + "\n".join(problems)
+
+
+def test_the_check_catches_a_timing(tmp_path):
+    assert FORBIDDEN["a wall time"].search("trained 120 steps in 3.4 s")
+    assert FORBIDDEN["a progress bar's rate or time"].search("50/50 [00:02<00:00, 21.3it/s]")
+    assert not FORBIDDEN["a wall time"].search("loss 0.41 after 120 steps")
