@@ -42,3 +42,17 @@ def test_portable_rewrites_only_the_local_label_and_the_editable_path():
 
 def test_pins_reads_names_canonically():
     assert lock.pins("Jupyter_Book==1.0.4.post1\n    # via x\n") == {"jupyter-book": "1.0.4.post1"}
+
+
+def test_the_readme_tools_are_installed():
+    """After the README's install, `jupyter lab`, `jupyter-book` and `jupyter nbconvert` work."""
+    import subprocess
+
+    from conftest import need, tool
+
+    for command in (["jupyter", "lab", "--version"], ["jupyter-book", "--version"],
+                    ["jupyter", "nbconvert", "--version"]):
+        executable = tool(command[0])
+        need(executable, f"{command[0]} is not installed (pip install -r requirements.txt)")
+        run = subprocess.run([executable, *command[1:]], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, f"{' '.join(command)}: {run.stderr[-500:]}"
