@@ -13,6 +13,7 @@ library's version rather than on the chapter's code (see ``tidy``):
   explorers store a PNG of their default state and a plain-text description beside the widget);
 - the ``Software`` text chunk that Matplotlib writes into every PNG (its version);
 - stream outputs split differently by the kernel's timing (consecutive ones are merged);
+- (and it collapses every solution cell: input, and output of solution code, out of sight);
 and it writes the kernel metadata that JupyterLab itself would write.
 
 ``--check`` reports the cells whose stored outputs differ from a fresh run and exits 1 if any do.
@@ -29,6 +30,9 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformer_lib.assignments.exercises import SOLUTION_TAG  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -74,6 +78,12 @@ def tidy(nb: nbformat.NotebookNode, language_info: dict | None = None) -> nbform
         nb.metadata["language_info"] = language_info
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if SOLUTION_TAG in cell.metadata.get("tags", []):
+            # A solution starts out of sight: collapsed in Lab, a form in Colab (CONTRIBUTING.md).
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+            if cell.cell_type == "code":
+                cell.metadata["jupyter"]["outputs_hidden"] = True
+                cell.metadata["cellView"] = "form"
         if cell.cell_type != "code":
             continue
         outputs = []

@@ -88,6 +88,7 @@ def test_chapter_exercises_are_portable_and_solutions_collapsed(path):
             else:
                 assert cell.source.startswith(COLAB_TITLE + "\n"), f"cell {i}: no Colab form title"
                 assert cell.metadata.get("cellView") == "form"
+                assert cell.metadata["jupyter"].get("outputs_hidden"), f"cell {i}: output in view"
 
 
 def test_to_myst_leaves_a_notebook_without_exercises_alone():
