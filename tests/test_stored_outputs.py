@@ -2,7 +2,8 @@
 
 nbval compares stored outputs with a fresh run, so anything in them that varies between machines
 (addresses, paths, timings, versions, random widget ids) makes the book fail somewhere else. Cells
-whose first line is ``# NBVAL_IGNORE_OUTPUT`` (with a reason) are exempt: nbval does not compare them.
+marked ``# NBVAL_IGNORE_OUTPUT`` are exempt (nbval does not compare them), and must say why on the
+next line, ``# (why: ...)``.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbval.plugin import find_comment_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -27,6 +29,11 @@ FORBIDDEN = {
 }
 
 
+def ignored(cell) -> bool:
+    """Whether nbval skips comparing this cell's outputs (it reads the markers as we do here)."""
+    return ("check", False) in set(find_comment_markers(cell.source))
+
+
 def texts(output) -> list[str]:
     if output.output_type == "stream":
         return [output.text]
@@ -41,8 +48,16 @@ def test_stored_outputs_are_machine_independent(path):
     nb = nbformat.read(path, as_version=4)
     problems = []
     for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or cell.source.startswith("# NBVAL_IGNORE_OUTPUT"):
+        if cell.cell_type != "code":
             continue
+        if ignored(cell):
+            lines = cell.source.splitlines()
+            if lines[:1] != ["# NBVAL_IGNORE_OUTPUT"] or not lines[1:2][0].startswith("# (why: "):
+                problems.append(f"cell {index}: NBVAL_IGNORE_OUTPUT must be the first line, "
+                                "with '# (why: ...)' on the next")
+            continue
+        if "NBVAL_IGNORE_OUTPUT" in cell.source:  # e.g. '# NBVAL_IGNORE_OUTPUT: why': nbval
+            problems.append(f"cell {index}: a marker nbval does not read (it wants the bare line)")
         if "execution" in cell.metadata:
             problems.append(f"cell {index}: execution timestamps stored")
         for output in cell.outputs:
@@ -64,3 +79,10 @@ def test_the_check_catches_a_timing(tmp_path):
     assert FORBIDDEN["a wall time"].search("trained 120 steps in 3.4 s")
     assert FORBIDDEN["a progress bar's rate or time"].search("50/50 [00:02<00:00, 21.3it/s]")
     assert not FORBIDDEN["a wall time"].search("loss 0.41 after 120 steps")
+
+
+def test_the_marker_check_agrees_with_nbval():
+    code = nbformat.v4.new_code_cell
+    assert ignored(code("# NBVAL_IGNORE_OUTPUT\n# (why: timings)\nprint(1)"))
+    assert not ignored(code("# NBVAL_IGNORE_OUTPUT: timings\nprint(1)"))  # nbval compares it
+    assert not ignored(code("print(1)"))
