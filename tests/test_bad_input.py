@@ -91,7 +91,7 @@ CASES = [
                                                             torch.ones(2, 4, dtype=torch.long)),
      ValueError, r"expected targets of shape \(2, 3\)"),
     ("unknown_activation", lambda: tl.PositionwiseFeedForward(8, 16, activation="swish"),
-     ValueError, r"activation must be one of \['gelu', 'relu'\], got 'swish'"),
+     ValueError, r"activation must be one of \['gelu', 'gelu_tanh', 'relu', 'silu'\], got 'swish'"),
     ("dropout_too_large", lambda: tl.MultiHeadAttention(8, 2, dropout=1.5),
      ValueError, r"dropout must be in \[0, 1\), got 1\.5"),
     ("dropout_negative_in_model", lambda: _model(dropout=-0.1),

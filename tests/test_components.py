@@ -107,7 +107,15 @@ def test_token_embedding_scales_by_sqrt_d_model_and_zeroes_padding():
     assert 0.7 < (emb.weight[1:] * 4).std().item() < 1.3
 
 
-@pytest.mark.parametrize("activation, fn", [("relu", F.relu), ("gelu", F.gelu)])
+def _gelu_tanh(x):
+    """GELU's tanh approximation, written out (Hendrycks and Gimpel 2016)."""
+    return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * x**3)))
+
+
+@pytest.mark.parametrize("activation, fn", [
+    ("relu", F.relu), ("gelu", F.gelu), ("gelu_tanh", _gelu_tanh),
+    ("silu", lambda x: x * torch.sigmoid(x)),
+])
 def test_feedforward_formula(activation, fn):
     ffn = tl.PositionwiseFeedForward(8, 32, activation=activation)
     x = torch.randn(2, 3, 8)
