@@ -241,3 +241,41 @@ def test_noam_lr_with_lambda_lr_as_documented():
         scheduler.step()
     assert seen == pytest.approx([0.5 * tl.noam_lr(k, 16, 10) for k in range(1, 31)], rel=1e-12)
     assert seen.index(max(seen)) + 1 == 10  # the peak is update 10, the end of the warm-up
+
+
+# ---------------------------------------------------------------------------------------------
+# Starting from the pad id (Marian's convention: decoder_start_token_id == pad_token_id)
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam"])
+def test_starting_from_the_pad_id_cache_equals_recomputation(decode):
+    """With bos_id == pad_id, position 0 is the start token, not padding: recomputation must not
+    block it (the cache never does), or the two paths give different tokens."""
+    src = _sources()
+    for model in _models():
+        if decode == "greedy":
+            run = lambda cache: tl.greedy_decode(model, src, 10, PAD, EOS, use_cache=cache)  # noqa: E731
+        else:
+            run = lambda cache: tl.beam_search(model, src, 3, 10, PAD, EOS, use_cache=cache)  # noqa: E731
+        ys = run(True)
+        assert torch.equal(ys, run(False))
+        assert (ys[:, 0] == PAD).all()
+
+
+def test_first_decoder_position_is_never_padding():
+    """The full forward pass sees the start token at position 0 even when its id is pad_id,
+    exactly as the cached step does; later pad positions stay blocked."""
+    model = next(_models())
+    src = _sources()
+    tgt = random_tokens(4, 5, VOCAB, lengths=[5, 3, 4, 2], low=3)
+    tgt[:, 0] = PAD  # start from the pad id
+    memory = model.encode(src)
+    cache = model.decoder.new_cache()
+    first = model.decode(tgt[:, :1], memory, src, cache=cache)
+    torch.testing.assert_close(model.decode(tgt, memory, src)[:, :1], first)
+    # every query attends to the start token; the padding after it stays blocked
+    _, maps = model(src, tgt, return_attention=True)
+    for weights in maps["decoder"]:  # (B, H, Lt, Lt) per layer
+        assert (weights[..., 0] > 0).all()
+        for b, n in enumerate([5, 3, 4, 2]):
+            assert (weights[b, :, :, n:] == 0).all()

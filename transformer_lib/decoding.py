@@ -6,6 +6,8 @@ and reuses the keys and values computed at earlier steps, so a step costs O(L) i
 
 Both return a (B, T) int64 tensor that starts with ``bos_id``; after a sequence's ``eos_id`` the
 remaining positions hold the model's ``pad_id``. The model's ``pad_id`` is never chosen as a token.
+``bos_id`` may equal ``pad_id`` (Marian models start decoding from their pad token): the model
+never treats position 0 as padding, so both paths still agree.
 """
 from __future__ import annotations
 

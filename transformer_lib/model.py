@@ -84,6 +84,9 @@ class Transformer(nn.Module):
         new = tgt_in.size(1)
         if cache is None:
             self_mask = decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, Lt, Lt)
+            # Position 0 holds the start token, which is never padding, even where its id is
+            # pad_id (Marian starts from its pad token): keep it visible, as the cache does.
+            self_mask[..., 0] = False
         else:  # new query i sits at position offset + i and may see keys 0 .. offset + i
             self_mask = causal_mask(new, device=tgt_in.device, offset=offset)  # (1, 1, new, offset+new)
         x = self.pos_enc(self.tgt_embed(tgt_in), offset=offset)
