@@ -279,3 +279,29 @@ def test_first_decoder_position_is_never_padding():
         assert (weights[..., 0] > 0).all()
         for b, n in enumerate([5, 3, 4, 2]):
             assert (weights[b, :, :, n:] == 0).all()
+
+
+def test_beam_search_length_penalty_fn():
+    """``length_penalty_fn(lengths, alpha)`` ranks the final hypotheses; the default is GNMT's.
+    The lengths count the generated tokens, EOS included (what Hugging Face counts too)."""
+    from transformer_lib.decoding import length_penalty_gnmt, length_penalty_power
+
+    src = _sources()
+    model = next(_models())
+    seen = []
+
+    def recording(lengths, alpha):
+        seen.append((lengths.clone(), alpha))
+        return length_penalty_gnmt(lengths, alpha)
+
+    ys = tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty=0.7, length_penalty_fn=recording)
+    assert torch.equal(ys, tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty=0.7))
+    (lengths, alpha), = seen
+    assert alpha == 0.7 and lengths.shape == (4 * 3,)
+    for row, candidates in zip(ys[:, 1:].tolist(), lengths.view(4, 3).tolist()):
+        assert (row.index(EOS) + 1 if EOS in row else len(row)) in candidates
+    n = torch.tensor([1, 4, 9])
+    torch.testing.assert_close(length_penalty_power(n, 0.5), torch.tensor([1.0, 2.0, 3.0]))
+    torch.testing.assert_close(length_penalty_gnmt(n, 1.0), torch.tensor([1.0, 1.5, 14 / 6]))
+    with pytest.raises(TypeError, match="length_penalty_fn must be callable, got float"):
+        tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty_fn=0.6)
