@@ -95,6 +95,6 @@ def check_probability(name: str, value) -> None:
 
 
 def check_bool(name: str, value) -> None:
-    """Raise ``TypeError`` unless ``value`` is a bool (an int such as 0 or 1 is rejected)."""
+    """Raise ``TypeError`` unless ``value`` is a bool (0 and 1 are rejected)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")

@@ -6,8 +6,8 @@ and reuses the keys and values computed at earlier steps, so a step costs O(L) i
 
 Both return a (B, T) int64 tensor that starts with ``bos_id``; after a sequence's ``eos_id`` the
 remaining positions hold the model's ``pad_id``. The model's ``pad_id`` is never chosen as a token.
-``bos_id`` may equal ``pad_id`` (Marian models start decoding from their pad token): the model
-never treats position 0 as padding, so both paths still agree.
+``bos_id`` may equal ``pad_id`` (Marian models start decoding from their pad token):
+the model never treats position 0 as padding, so both paths still agree.
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def length_penalty_gnmt(length: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 def length_penalty_power(length: torch.Tensor, alpha: float) -> torch.Tensor:
-    """lp(Y) = |Y| ** alpha: the definition of Hugging Face transformers' ``length_penalty``."""
+    """lp(Y) = |Y| ** alpha: the ``length_penalty`` of Hugging Face's ``generate``."""
     return length.float() ** alpha
 
 
@@ -86,8 +86,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
     Beams are ranked during the search by their total log-probability; at the end the finished
     hypotheses are compared by log-probability / lp(length) (``length_penalty`` is GNMT's alpha;
     the paper uses 0.6). |Y| counts the generated tokens, EOS included, BOS not.
-    ``length_penalty_fn(lengths, alpha)`` computes lp; ``length_penalty_power`` is the definition
-    of Hugging Face's ``generate``. A finished beam keeps its score and is extended only by padding.
+    ``length_penalty_fn(lengths, alpha)`` computes lp; ``length_penalty_power`` is
+    Hugging Face's. A finished beam keeps its score and is extended only by padding.
     ``beam_size=1`` gives exactly greedy decoding.
     """
     _check_decode_args(src, max_len)
@@ -127,7 +127,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
                 _reorder_cache(cache, parent)
             if finished.all():
                 break
-        normalised = scores.view(-1) / length_penalty_fn(lengths, length_penalty)  # (B*K,)
+        penalty = length_penalty_fn(lengths, length_penalty)  # (B*K,)
+        normalised = scores.view(-1) / penalty
         best = normalised.view(batch, k).argmax(dim=1)  # (B,)
         return ys.view(batch, k, -1)[torch.arange(batch, device=device), best]
 

@@ -18,13 +18,14 @@ class TokenEmbedding(nn.Module):
 
     The row ``pad_id`` is all zeros and receives no gradient (``padding_idx``).
 
-    ``scale=False`` leaves out the sqrt(d_model) factor: some models (for example many Marian
-    translation models, ``scale_embedding=False``) were trained without it.
+    ``scale=False`` leaves out the sqrt(d_model) factor: some models (for example many
+    Marian translation models, ``scale_embedding=False``) were trained without it.
 
     Shapes: tokens (B, L) int64 -> (B, L, d_model).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0, scale: bool = True):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0,
+                 scale: bool = True):
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
@@ -53,4 +54,5 @@ class TokenEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         extra = "" if self.scale else ", scale=False"
-        return f"vocab_size={self.vocab_size}, d_model={self.d_model}, pad_id={self.pad_id}{extra}"
+        return (f"vocab_size={self.vocab_size}, d_model={self.d_model}, "
+                f"pad_id={self.pad_id}{extra}")

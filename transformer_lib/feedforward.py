@@ -9,8 +9,8 @@ from torch.nn import functional as F
 
 from ._checks import check_positive_int, check_probability, check_tensor
 
-# The paper uses ReLU. GELU (exact, or its tanh approximation) and SiLU (= swish, x * sigmoid(x))
-# are the usual alternatives; pretrained models (BERT, GPT-2, Marian) use them.
+# The paper uses ReLU. GELU (exact, or its tanh approximation) and SiLU (= swish,
+# x * sigmoid(x)) are the usual alternatives, used by BERT, GPT-2 and Marian models.
 _ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,

@@ -9,7 +9,8 @@ from torch import nn
 from ._checks import check_bool, check_positive_int, check_probability, check_tensor
 
 
-def sinusoidal_table(max_len: int, d_model: int, interleaved: bool = True) -> torch.Tensor:
+def sinusoidal_table(max_len: int, d_model: int,
+                     interleaved: bool = True) -> torch.Tensor:
     """The (max_len, d_model) table of the paper's positional encodings.
 
         PE[pos, 2i]   = sin(pos / 10000 ** (2i / d_model))
@@ -17,20 +18,20 @@ def sinusoidal_table(max_len: int, d_model: int, interleaved: bool = True) -> to
 
     Odd ``d_model`` is supported: the last column is a sine with no cosine partner.
 
-    ``interleaved=False`` puts the same numbers in another column order: all the sines first, then
-    all the cosines, as in tensor2tensor, fairseq and Marian. It is a fixed permutation of the
-    columns; a model trained with one order needs that order.
+    ``interleaved=False`` puts the same numbers in another column order: all the sines
+    first, then all the cosines, as in tensor2tensor, fairseq and Marian. It is a fixed
+    permutation of the columns; a model trained with one order needs that order.
     """
     check_positive_int("max_len", max_len)
     check_positive_int("d_model", d_model)
+    check_bool("interleaved", interleaved)
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32)  # (ceil(d/2),)
     # 1 / 10000^(2i/d), computed as exp(-ln(10000) * 2i / d) for accuracy
     inv_freq = torch.exp(-math.log(10000.0) * two_i / d_model)  # (ceil(d/2),)
     angles = position * inv_freq  # (max_len, ceil(d/2))
-    check_bool("interleaved", interleaved)
     sines, cosines = torch.sin(angles), torch.cos(angles[:, : d_model // 2])
-    if not interleaved:  # (max_len, ceil(d/2)) sines, then (max_len, floor(d/2)) cosines
+    if not interleaved:  # ceil(d/2) columns of sines, then floor(d/2) of cosines
         return torch.cat([sines, cosines], dim=1)
     table = torch.zeros(max_len, d_model)
     table[:, 0::2] = sines
