@@ -276,6 +276,22 @@ def test_save_pretrained_directory_round_trips(tmp_path):
     assert _max_diff(loaded, ours, src, tgt_in) <= TOLERANCE
 
 
+@pytest.mark.skipif(tl.get_device().type == "cpu", reason="no accelerator on this machine")
+def test_conversions_keep_the_device():
+    device = tl.get_device()
+    hf_model, (src, tgt_in) = _marian_and_batch("swish-tied-scaled")
+    expected = _marian_logits(hf_model, src, tgt_in)
+    ours = from_marian(hf_model.to(device))
+    assert ours.generator.weight.device.type == device.type
+    back = to_marian(ours)
+    assert back.lm_head.weight.device.type == device.type
+    with torch.no_grad():
+        logits = ours(src.to(device), tgt_in.to(device)).cpu()
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    logits = _marian_logits(back, src.to(device), tgt_in.to(device)).cpu()
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+
+
 # ------------------------------------------------------------------------------------
 # Decoding: generate() and our greedy decoding and beam search
 # ------------------------------------------------------------------------------------

@@ -108,10 +108,12 @@ def _copy(source, target, pairs, perm=None):
     """
     for src_name, dst_name, axis in pairs:
         src, dst = _tensor(source, src_name), _tensor(target, dst_name)
-        if dst is None:  # a model of ours without output bias: nothing to fill
-            continue
-        if src is None:  # Marian's final_logits_bias, from a model without one
-            dst.zero_()
+        if src is None or dst is None:
+            # Only the output bias is optional (ours may have none, Marian's is a buffer).
+            if {src_name, dst_name} != {"final_logits_bias", "generator.bias"}:
+                raise ValueError(f"cannot copy {src_name} to {dst_name}: one is missing")
+            if dst is not None:  # no bias in ours: Marian's is zeros
+                dst.zero_()
             continue
         src = src.reshape(dst.shape)  # final_logits_bias is (1, V), generator.bias (V,)
         if perm is not None and axis is not None:
