@@ -276,7 +276,7 @@ def test_save_pretrained_directory_round_trips(tmp_path):
     assert _max_diff(loaded, ours, src, tgt_in) <= TOLERANCE
 
 
-@pytest.mark.skipif(tl.get_device().type == "cpu", reason="no accelerator on this machine")
+@pytest.mark.skipif(tl.get_device().type == "cpu", reason="no accelerator here")
 def test_conversions_keep_the_device():
     device = tl.get_device()
     hf_model, (src, tgt_in) = _marian_and_batch("swish-tied-scaled")

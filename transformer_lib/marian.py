@@ -109,9 +109,9 @@ def _copy(source, target, pairs, perm=None):
     for src_name, dst_name, axis in pairs:
         src, dst = _tensor(source, src_name), _tensor(target, dst_name)
         if src is None or dst is None:
-            # Only the output bias is optional (ours may have none, Marian's is a buffer).
+            # Only the output bias is optional: ours may have none.
             if {src_name, dst_name} != {"final_logits_bias", "generator.bias"}:
-                raise ValueError(f"cannot copy {src_name} to {dst_name}: one is missing")
+                raise ValueError(f"cannot copy {src_name} to {dst_name}: one is absent")
             if dst is not None:  # no bias in ours: Marian's is zeros
                 dst.zero_()
             continue
