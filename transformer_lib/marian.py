@@ -237,7 +237,6 @@ def to_marian(model: Transformer, bos_id: int | None = None, eos_id: int | None 
     generation.decoder_start_token_id, generation.pad_token_id = bos, pad
     generation.eos_token_id, generation.forced_eos_token_id = eos_id, None
     generation.bad_words_ids = [[pad]]  # as in our decoding: padding is never an output
-    generation.max_length = cfg["max_len"]  # the positional table's length
     weight = model.generator.weight
     hf_model.to(device=weight.device, dtype=weight.dtype)
     perm = None
