@@ -75,6 +75,17 @@ def test_sinusoidal_table_formula_in_float64():
     torch.testing.assert_close(tl.sinusoidal_table(max_len, d).double(), expected, atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("d", [8, 7])
+def test_sinusoidal_table_sines_then_cosines(d):
+    """``interleaved=False`` (Marian, fairseq, tensor2tensor): the columns reordered."""
+    table = tl.sinusoidal_table(12, d)
+    expected = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)  # sines, then cosines
+    assert torch.equal(tl.sinusoidal_table(12, d, interleaved=False), expected)
+    pe = tl.PositionalEncoding(d, max_len=12, interleaved=False)
+    x = torch.randn(2, 3, d)
+    torch.testing.assert_close(pe(x, offset=2), x + expected[2:5])
+
+
 def test_positional_encoding_adds_table_with_offset():
     pe = tl.PositionalEncoding(6, max_len=10)
     x = torch.randn(2, 3, 6)
@@ -107,7 +118,22 @@ def test_token_embedding_scales_by_sqrt_d_model_and_zeroes_padding():
     assert 0.7 < (emb.weight[1:] * 4).std().item() < 1.3
 
 
-@pytest.mark.parametrize("activation, fn", [("relu", F.relu), ("gelu", F.gelu)])
+def _gelu_tanh(x):
+    """GELU's tanh approximation, written out (Hendrycks and Gimpel 2016)."""
+    return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * x**3)))
+
+
+def test_token_embedding_without_scale():
+    emb = tl.TokenEmbedding(10, 16, pad_id=0, scale=False)
+    tokens = torch.tensor([[3, 0]])
+    assert torch.equal(emb(tokens), emb.weight[tokens])
+    assert "scale=False" in repr(emb)
+
+
+@pytest.mark.parametrize("activation, fn", [
+    ("relu", F.relu), ("gelu", F.gelu), ("gelu_tanh", _gelu_tanh),
+    ("silu", lambda x: x * torch.sigmoid(x)),
+])
 def test_feedforward_formula(activation, fn):
     ffn = tl.PositionwiseFeedForward(8, 32, activation=activation)
     x = torch.randn(2, 3, 8)

@@ -241,3 +241,73 @@ def test_noam_lr_with_lambda_lr_as_documented():
         scheduler.step()
     assert seen == pytest.approx([0.5 * tl.noam_lr(k, 16, 10) for k in range(1, 31)], rel=1e-12)
     assert seen.index(max(seen)) + 1 == 10  # the peak is update 10, the end of the warm-up
+
+
+# ------------------------------------------------------------------------------------
+# Starting from the pad id (Marian's convention: decoder_start_token_id == pad_token_id)
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam"])
+def test_starting_from_the_pad_id_cache_equals_recomputation(decode):
+    """With bos_id == pad_id, position 0 is the start token, not padding: recomputation
+    must not block it (the cache never does), or the two paths give different tokens."""
+    src = _sources()
+
+    def run(model, cache):
+        if decode == "greedy":
+            return tl.greedy_decode(model, src, 10, PAD, EOS, use_cache=cache)
+        return tl.beam_search(model, src, 3, 10, PAD, EOS, use_cache=cache)
+
+    for model in _models():
+        ys = run(model, True)
+        assert torch.equal(ys, run(model, False))
+        assert (ys[:, 0] == PAD).all()
+
+
+def test_first_decoder_position_is_never_padding():
+    """The full forward pass sees the start token at position 0 even when its id is
+    pad_id, exactly as the cached step does; later pad positions stay blocked."""
+    model = next(_models())
+    src = _sources()
+    tgt = random_tokens(4, 5, VOCAB, lengths=[5, 3, 4, 2], low=3)
+    tgt[:, 0] = PAD  # start from the pad id
+    memory = model.encode(src)
+    cache = model.decoder.new_cache()
+    first = model.decode(tgt[:, :1], memory, src, cache=cache)
+    torch.testing.assert_close(model.decode(tgt, memory, src)[:, :1], first)
+    # every query attends to the start token; the padding after it stays blocked
+    _, maps = model(src, tgt, return_attention=True)
+    for weights in maps["decoder"]:  # (B, H, Lt, Lt) per layer
+        assert (weights[..., 0] > 0).all()
+        for b, n in enumerate([5, 3, 4, 2]):
+            assert (weights[b, :, :, n:] == 0).all()
+
+
+def test_beam_search_length_penalty_fn():
+    """``length_penalty_fn(lengths, alpha)`` ranks the final hypotheses (default GNMT).
+    The lengths count the generated tokens, EOS included, as Hugging Face's do."""
+    from transformer_lib.decoding import length_penalty_gnmt, length_penalty_power
+
+    src = _sources()
+    model = next(_models())
+    seen = []
+
+    def recording(lengths, alpha):
+        seen.append((lengths.clone(), alpha))
+        return length_penalty_gnmt(lengths, alpha)
+
+    ys = tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty=0.7,
+                        length_penalty_fn=recording)
+    default = tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty=0.7)
+    assert torch.equal(ys, default)
+    (lengths, alpha), = seen
+    assert alpha == 0.7 and lengths.shape == (4 * 3,)
+    for row, candidates in zip(ys[:, 1:].tolist(), lengths.view(4, 3).tolist()):
+        assert (row.index(EOS) + 1 if EOS in row else len(row)) in candidates
+    n = torch.tensor([1, 4, 9])
+    torch.testing.assert_close(length_penalty_power(n, 0.5), torch.tensor([1., 2., 3.]))
+    gnmt = torch.tensor([1, 1.5, 14 / 6])  # (5 + n) / 6
+    torch.testing.assert_close(length_penalty_gnmt(n, 1.0), gnmt)
+    message = "length_penalty_fn must be callable, got float"
+    with pytest.raises(TypeError, match=message):
+        tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty_fn=0.6)

@@ -109,6 +109,28 @@ def test_norm_first_model_adds_two_final_norms(small_model):
     assert pre - post == 2 * (2 * 16)  # a final LayerNorm after the encoder and the decoder
 
 
+def test_options_for_models_trained_elsewhere(small_model, tokens):
+    """activation, scale_embedding, output_bias, interleaved_pe reach the modules they
+    set; the defaults are the paper's."""
+    paper = small_model()
+    assert paper.generator.bias is None
+    assert paper.src_embed.scale and paper.pos_enc.interleaved
+    assert paper.encoder.layers[0].ffn.activation == "relu"
+    other = small_model(activation="silu", scale_embedding=False, output_bias=True,
+                        interleaved_pe=False)
+    extra = other.num_parameters() - paper.num_parameters()
+    assert extra == other.generator.out_features  # the output bias
+    assert torch.equal(other.generator.bias, torch.zeros(13))  # starts neutral
+    assert not other.tgt_embed.scale and not other.pos_enc.interleaved
+    for layer in [*other.encoder.layers, *other.decoder.layers]:
+        assert layer.ffn.activation == "silu"
+    assert other.config["activation"] == "silu" and other.config["output_bias"] is True
+    src, tgt = tokens(2, 5, 13, lengths=[5, 3]), tokens(2, 4, 13)
+    assert other(src, tgt).shape == (2, 4, 13)
+    with pytest.raises(TypeError, match="output_bias must be a bool, got int"):
+        small_model(output_bias=1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Shapes, attention maps, modes
 # ---------------------------------------------------------------------------------------------

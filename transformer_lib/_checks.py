@@ -92,3 +92,9 @@ def check_probability(name: str, value) -> None:
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+def check_bool(name: str, value) -> None:
+    """Raise ``TypeError`` unless ``value`` is a bool (0 and 1 are rejected)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")

@@ -6,6 +6,8 @@ and reuses the keys and values computed at earlier steps, so a step costs O(L) i
 
 Both return a (B, T) int64 tensor that starts with ``bos_id``; after a sequence's ``eos_id`` the
 remaining positions hold the model's ``pad_id``. The model's ``pad_id`` is never chosen as a token.
+``bos_id`` may equal ``pad_id`` (Marian models start decoding from their pad token):
+the model never treats position 0 as padding, so both paths still agree.
 """
 from __future__ import annotations
 
@@ -71,18 +73,28 @@ def length_penalty_gnmt(length: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
+def length_penalty_power(length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """lp(Y) = |Y| ** alpha: the ``length_penalty`` of Hugging Face's ``generate``."""
+    return length.float() ** alpha
+
+
 @torch.no_grad()
 def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6,
-                use_cache=True):
+                use_cache=True, length_penalty_fn=length_penalty_gnmt):
     """Keep the ``beam_size`` most probable partial sequences per example; return the best one.
 
     Beams are ranked during the search by their total log-probability; at the end the finished
     hypotheses are compared by log-probability / lp(length) (``length_penalty`` is GNMT's alpha;
-    the paper uses 0.6). A finished beam keeps its score and is extended only by padding.
+    the paper uses 0.6). |Y| counts the generated tokens, EOS included, BOS not.
+    ``length_penalty_fn(lengths, alpha)`` computes lp; ``length_penalty_power`` is
+    Hugging Face's. A finished beam keeps its score and is extended only by padding.
     ``beam_size=1`` gives exactly greedy decoding.
     """
     _check_decode_args(src, max_len)
     check_positive_int("beam_size", beam_size)
+    if not callable(length_penalty_fn):
+        raise TypeError("length_penalty_fn must be callable, got "
+                        f"{type(length_penalty_fn).__name__}")
     with _eval_mode(model):
         batch, k = src.size(0), beam_size
         device = src.device
@@ -115,7 +127,8 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
                 _reorder_cache(cache, parent)
             if finished.all():
                 break
-        normalised = scores.view(-1) / length_penalty_gnmt(lengths, length_penalty)  # (B*K,)
+        penalty = length_penalty_fn(lengths, length_penalty)  # (B*K,)
+        normalised = scores.view(-1) / penalty
         best = normalised.view(batch, k).argmax(dim=1)  # (B,)
         return ys.view(batch, k, -1)[torch.arange(batch, device=device), best]
 

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_positive_int, check_token_ids
+from ._checks import check_bool, check_positive_int, check_token_ids
 
 
 class TokenEmbedding(nn.Module):
@@ -18,18 +18,24 @@ class TokenEmbedding(nn.Module):
 
     The row ``pad_id`` is all zeros and receives no gradient (``padding_idx``).
 
+    ``scale=False`` leaves out the sqrt(d_model) factor: some models (for example many
+    Marian translation models, ``scale_embedding=False``) were trained without it.
+
     Shapes: tokens (B, L) int64 -> (B, L, d_model).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int | None = 0,
+                 scale: bool = True):
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
+        check_bool("scale", scale)
         if pad_id is not None and not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id must be in [0, vocab_size={vocab_size}), got {pad_id}")
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.pad_id = pad_id
+        self.scale = scale
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
         if pad_id is not None:
@@ -43,7 +49,10 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         check_token_ids("tokens", tokens, self.vocab_size)
-        return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, d_model)
+        vectors = self.embedding(tokens)  # (B, L, d_model)
+        return vectors * math.sqrt(self.d_model) if self.scale else vectors
 
     def extra_repr(self) -> str:
-        return f"vocab_size={self.vocab_size}, d_model={self.d_model}, pad_id={self.pad_id}"
+        extra = "" if self.scale else ", scale=False"
+        return (f"vocab_size={self.vocab_size}, d_model={self.d_model}, "
+                f"pad_id={self.pad_id}{extra}")

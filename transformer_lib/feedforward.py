@@ -1,19 +1,29 @@
 """Position-wise feed-forward network (paper section 3.3)."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ._checks import check_positive_int, check_probability, check_tensor
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# The paper uses ReLU. GELU (exact, or its tanh approximation) and SiLU (= swish,
+# x * sigmoid(x)) are the usual alternatives, used by BERT, GPT-2 and Marian models.
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+}
 
 
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = linear2(dropout(activation(linear1(x)))), applied to each position independently.
 
     x (B, L, d_model) -> (B, L, d_model), through a hidden width d_ff (the paper: 4 d_model).
+    ``activation`` is "relu" (the paper), "gelu", "gelu_tanh" or "silu".
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):

@@ -74,3 +74,10 @@ def copy_from_torch(ours: nn.Module, theirs: nn.Module) -> None:
 
 
 __all__ = ["copy_from_torch", "copy_to_torch"]
+
+
+# Hugging Face Marian models (transformers.MarianMTModel): see transformer_lib.marian.
+# Importing them is cheap: transformers is imported only when one of them is called.
+from .marian import from_marian, marian_weight_map, to_marian  # noqa: E402
+
+__all__ += ["from_marian", "marian_weight_map", "to_marian"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_tensor
+from ._checks import check_bool, check_tensor
 from .decoder import Decoder
 from .embedding import TokenEmbedding
 from .encoder import Encoder
@@ -22,11 +22,19 @@ class Transformer(nn.Module):
     ``share_embeddings=True`` ties the source embedding, the target embedding and the output layer
     to one matrix (paper section 3.4); it needs ``src_vocab_size == tgt_vocab_size``.
     The output layer has no bias, so a tied model has exactly the paper's weight sharing.
+
+    Options for models trained elsewhere (``transformer_lib.interop.from_marian``); the
+    defaults are the paper's: ``activation`` of the feed-forward layers ("relu", "gelu",
+    "gelu_tanh", "silu"); ``scale_embedding=False`` drops the sqrt(d_model) embedding
+    factor; ``output_bias=True`` gives the output layer a bias (initialised to zeros);
+    ``interleaved_pe=False`` orders the positional table's columns: sines, then cosines.
     """
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8,
                  num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
-                 max_len=5000, pad_id=0, norm_first=False, share_embeddings=False):
+                 max_len=5000, pad_id=0, norm_first=False, share_embeddings=False,
+                 activation="relu", scale_embedding=True, output_bias=False,
+                 interleaved_pe=True):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
@@ -38,15 +46,23 @@ class Transformer(nn.Module):
             num_heads=num_heads, num_encoder_layers=num_encoder_layers,
             num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
             pad_id=pad_id, norm_first=norm_first, share_embeddings=share_embeddings,
+            activation=activation, scale_embedding=scale_embedding,
+            output_bias=output_bias, interleaved_pe=interleaved_pe,
         )
         self.pad_id = pad_id
-        self.src_embed = TokenEmbedding(src_vocab_size, d_model, pad_id)
+        check_bool("output_bias", output_bias)
+        scale = scale_embedding
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model, pad_id, scale)
         # With shared embeddings the target side uses the very same module (one weight matrix).
-        self.tgt_embed = self.src_embed if share_embeddings else TokenEmbedding(tgt_vocab_size, d_model, pad_id)
-        self.pos_enc = PositionalEncoding(d_model, max_len, dropout)
-        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
-        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout, norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.tgt_embed = (self.src_embed if share_embeddings
+                          else TokenEmbedding(tgt_vocab_size, d_model, pad_id, scale))
+        self.pos_enc = PositionalEncoding(d_model, max_len, dropout, interleaved_pe)
+        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation)
+        self.encoder = Encoder(num_encoder_layers, *layer_args)
+        self.decoder = Decoder(num_decoder_layers, *layer_args)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)
+        if output_bias:
+            nn.init.zeros_(self.generator.bias)
         if share_embeddings:
             self.generator.weight = self.tgt_embed.weight
 
@@ -69,6 +85,9 @@ class Transformer(nn.Module):
         new = tgt_in.size(1)
         if cache is None:
             self_mask = decoder_self_mask(tgt_in, self.pad_id)  # (B, 1, Lt, Lt)
+            # Position 0 holds the start token, never padding, even if its id is pad_id
+            # (Marian starts from its pad token): keep it visible, as the cache does.
+            self_mask[..., 0] = False
         else:  # new query i sits at position offset + i and may see keys 0 .. offset + i
             self_mask = causal_mask(new, device=tgt_in.device, offset=offset)  # (1, 1, new, offset+new)
         x = self.pos_enc(self.tgt_embed(tgt_in), offset=offset)
