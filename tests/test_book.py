@@ -19,6 +19,8 @@ import yaml
 from conftest import need, tool
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import draw_diagrams  # noqa: E402
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # the CLI installed next to this Python (jupyter_book has no __main__ module)
 JUPYTER_BOOK = tool("jupyter-book") or "jupyter-book"
@@ -33,6 +35,14 @@ def toc_pages() -> list[str]:
     for part in toc.get("parts", []):
         pages += [chapter["file"] for chapter in part["chapters"]]
     return pages
+
+
+def diagrams_on(page_path: str) -> int:
+    """How many diagrams (scripts/draw_diagrams.py) the page places: cells, or SVG figures."""
+    source = next(ROOT.glob(f"{page_path}.*"), None)
+    if source is None or source.suffix not in {".ipynb", ".md"}:
+        return 0
+    return sum(len(where) for where in draw_diagrams.placements([source]).values())
 
 
 def chapter_notebooks() -> list[Path]:
@@ -124,6 +134,10 @@ def test_page_renders_offline(page_path, server, browser):
     broken = page.evaluate(
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
     assert not broken, f"images that did not load: {broken}"
+    shown = page.evaluate(  # diagram cells hold an inline PNG with alt text; intro.md an SVG
+        "Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0 && i.alt &&"
+        " (i.src.startsWith('data:image/png;base64,') || i.src.endsWith('.svg'))).length")
+    assert shown == diagrams_on(page_path), f"{diagrams_on(page_path)} diagrams placed, {shown} shown"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{Path(page_path).name}.png"), full_page=False)
     page.close()
