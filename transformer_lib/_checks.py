@@ -1,12 +1,107 @@
 """Argument checks shared by the library's public functions and modules.
 
 Every public entry point validates its input here, so that a mistake is reported at the library's
-boundary with a message naming what was expected and what was given, instead of surfacing later as
-a cryptic shape error deep inside torch.
+boundary with a message naming the argument, what was expected and what was given, instead of
+surfacing later as a cryptic error deep inside torch. Wrong kind of value (a float for an int, a
+float tensor for token ids, float64 input for float32 weights): ``TypeError``. Right kind, wrong
+value (a negative size, a shape that does not fit): ``ValueError``.
 """
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
+
 import torch
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain Python values
+# ---------------------------------------------------------------------------------------------
+
+
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> None:
+    """Raise unless ``value`` is an int (NumPy ints too, never bool) in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raise unless ``value`` is an int >= 1 (bool is rejected)."""
+    check_int(name, value, minimum=1)
+
+
+def check_optional_positive_int(name: str, value) -> None:
+    """``None``, or an int >= 1."""
+    if value is not None:
+        check_positive_int(name, value)
+
+
+def check_token_id(name: str, value, vocab_size: int) -> None:
+    """Raise unless ``value`` is one token id: an int in [0, vocab_size) (pad_id, bos_id, ...)."""
+    check_int(name, value)
+    if not 0 <= value < vocab_size:
+        raise ValueError(f"{name} must be in [0, vocab_size={vocab_size}), got {value}")
+
+
+def check_number(name: str, value, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """Raise unless ``value`` is a finite real number (not bool) in the interval from ``low`` to
+    ``high``; ``low_open``/``high_open`` exclude the end points."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        interval = f"{left}{'-inf' if low is None else low:g}, {'inf' if high is None else high:g}{right}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+def check_probability(name: str, value) -> None:
+    """Raise unless ``0 <= value < 1`` (a dropout rate, a label-smoothing weight)."""
+    check_number(name, value, 0.0, 1.0, high_open=True)
+
+
+def check_bool(name: str, value) -> None:
+    """Raise unless ``value`` is True or False (not 0/1, not a string)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """Raise unless ``value`` is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+def check_instance(name: str, value, types, expected: str) -> None:
+    """Raise ``TypeError`` unless ``isinstance(value, types)``; ``expected`` says it in words."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}")
+
+
+def check_device(name: str, device) -> torch.device | None:
+    """``None``, a ``torch.device`` or a device string such as "cpu" or "cuda:0"; the parsed device."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"{name} must be a torch.device, a string or None, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name} must name a device such as 'cpu' or 'cuda', got {device!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+# ---------------------------------------------------------------------------------------------
 
 
 def check_tensor(name: str, x, ndim: int | tuple[int, ...] | None = None) -> None:
@@ -36,9 +131,69 @@ def check_min_rank(name: str, x, min_ndim: int) -> None:
         )
 
 
-def check_token_ids(name: str, tokens, vocab_size: int | None = None) -> None:
-    """Raise unless ``tokens`` is an integer tensor of ids in ``[0, vocab_size)``."""
-    check_tensor(name, tokens)
+def check_floating(name: str, x, ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise unless ``x`` is a floating-point tensor (of rank ``ndim``, if given)."""
+    check_tensor(name, x, ndim)
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+
+
+def check_width(name: str, x: torch.Tensor, expected: int, what: str = "d_model") -> None:
+    """Raise unless the last dimension of ``x`` is ``expected`` (``what`` names the setting)."""
+    if x.size(-1) != expected:
+        raise ValueError(f"{name} must have last dimension {what}={expected}, got {x.size(-1)} "
+                         f"(shape {tuple(x.shape)})")
+
+
+def check_activations(name: str, x, d_model: int) -> None:
+    """Raise unless ``x`` is a (B, L, d_model) floating-point tensor."""
+    check_floating(name, x, ndim=3)
+    check_width(name, x, d_model)
+
+
+def check_same_size(dim: int, what: str, **tensors: torch.Tensor) -> None:
+    """Raise unless the named tensors agree in dimension ``dim`` (``what``: e.g. "batch size")."""
+    sizes = {name: t.size(dim) for name, t in tensors.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{_and(sizes)} must have the same {what}, got {_and(sizes.values())}")
+
+
+def check_same_dtype_device(**tensors: torch.Tensor) -> None:
+    """Raise unless the named tensors share one dtype (``TypeError``) and one device."""
+    for attribute, error in (("dtype", TypeError), ("device", ValueError)):
+        found = {name: getattr(t, attribute) for name, t in tensors.items()}
+        if len(set(found.values())) > 1:
+            raise error(f"{_and(found)} must have the same {attribute}, got {_and(found.values())}")
+
+
+def check_on_device(name: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless tensor ``x`` is on the device of a module's ``weight``."""
+    if x.device != weight.device:
+        raise ValueError(f"{name} is on {x.device}, but the module's weights are on "
+                         f"{weight.device}; move one with .to(device)")
+
+
+def _and(items) -> str:
+    """"a", "a and b", "a, b and c"."""
+    items = [str(item) for item in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def check_matches_weight(name: str, x: torch.Tensor, weight: torch.Tensor,
+                         need_same_dtype: bool = True) -> None:
+    """Raise unless ``x`` is a floating tensor on the device of a module's ``weight`` and, if
+    ``need_same_dtype``, of its dtype. Under ``torch.autocast`` the dtypes may differ on purpose."""
+    check_floating(name, x)
+    check_on_device(name, x, weight)
+    if need_same_dtype and x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(f"{name} has dtype {x.dtype}, but the module's weights are {weight.dtype}; "
+                        f"convert the input, or the module with .to({x.dtype})")
+
+
+def check_token_ids(name: str, tokens, vocab_size: int | None = None,
+                    ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise unless ``tokens`` is an integer tensor (of rank ``ndim``) of ids in ``[0, vocab_size)``."""
+    check_tensor(name, tokens, ndim)
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids (torch.int64), got {tokens.dtype}")
     if tokens.numel() == 0:
@@ -52,12 +207,13 @@ def check_token_ids(name: str, tokens, vocab_size: int | None = None) -> None:
         )
 
 
-def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "mask") -> None:
+def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "mask",
+               device: torch.device | None = None) -> None:
     """Check a boolean mask (True = blocked) that must broadcast to ``target_shape``.
 
     Broadcasting may add or stretch size-1 dimensions of the mask, but must not change
     ``target_shape`` itself: a mask of shape (B, 1, 1, Lk) is fine for scores (B, H, Lq, Lk),
-    a mask of shape (B, Lk) is not (it would line up B with Lq).
+    a mask of shape (B, Lk) is not (it would line up B with Lq). ``device``: where the scores are.
     """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}")
@@ -76,19 +232,5 @@ def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "ma
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
             f"shape {target_shape}"
         )
-
-
-def check_positive_int(name: str, value) -> None:
-    """Raise unless ``value`` is an int >= 1 (bool is rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def check_probability(name: str, value) -> None:
-    """Raise unless ``0 <= value < 1``."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    if device is not None and mask.device != device:
+        raise ValueError(f"{name} is on {mask.device}, but the attention scores are on {device}")

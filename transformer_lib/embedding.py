@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_positive_int, check_token_ids
+from ._checks import check_on_device, check_positive_int, check_token_id, check_token_ids
 
 
 class TokenEmbedding(nn.Module):
@@ -25,8 +25,8 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
-        if pad_id is not None and not 0 <= pad_id < vocab_size:
-            raise ValueError(f"pad_id must be in [0, vocab_size={vocab_size}), got {pad_id}")
+        if pad_id is not None:
+            check_token_id("pad_id", pad_id, vocab_size)
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.pad_id = pad_id
@@ -43,6 +43,7 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         check_token_ids("tokens", tokens, self.vocab_size)
+        check_on_device("tokens", tokens, self.weight)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, d_model)
 
     def extra_repr(self) -> str:
