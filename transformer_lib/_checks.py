@@ -198,13 +198,25 @@ def check_token_ids(name: str, tokens, vocab_size: int | None = None,
         raise TypeError(f"{name} must hold integer token ids (torch.int64), got {tokens.dtype}")
     if tokens.numel() == 0:
         return
-    low, high = int(tokens.min()), int(tokens.max())
+    low, high = (int(t) for t in torch.aminmax(tokens))  # one pass over the tokens
     if low < 0:
         raise ValueError(f"{name} must be >= 0, got a token id of {low}")
     if vocab_size is not None and high >= vocab_size:
         raise ValueError(
             f"{name} must be < vocab_size={vocab_size}, got a token id of {high}"
         )
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to, or None if they do not (``torch.broadcast_shapes``
+    without its cost: this runs in every attention call)."""
+    result = []
+    for sizes in zip(*(((1,) * (max(map(len, shapes)) - len(s)) + tuple(s)) for s in shapes)):
+        wider = {n for n in sizes if n != 1}
+        if len(wider) > 1:
+            return None
+        result.append(wider.pop() if wider else 1)
+    return tuple(result)
 
 
 def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "mask",
@@ -223,11 +235,7 @@ def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "ma
             f"convert with `{name} == 0` or `{name}.bool()` after checking its polarity"
         )
     target_shape = tuple(target_shape)
-    try:
-        shape = tuple(torch.broadcast_shapes(tuple(mask.shape), target_shape))
-    except RuntimeError:
-        shape = None
-    if shape != target_shape:
+    if broadcast_shape(tuple(mask.shape), target_shape) != target_shape:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
             f"shape {target_shape}"

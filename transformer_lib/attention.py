@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ._checks import (
+    broadcast_shape,
     check_floating,
     check_instance,
     check_mask,
@@ -90,13 +91,11 @@ def _check_qkv(q, k, v) -> None:
         raise ValueError(
             f"k and v must have the same length Lk, got k {k.size(-2)} and v {v.size(-2)}"
         )
-    try:  # the leading (batch, head) dimensions must match, or broadcast
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
+    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:  # (batch, heads)
         raise ValueError(
             f"q, k and v must have the same leading (batch) dimensions, got q {tuple(q.shape)}, "
             f"k {tuple(k.shape)} and v {tuple(v.shape)}"
-        ) from None
+        )
 
 
 # ---------------------------------------------------------------------------------------------
