@@ -58,10 +58,11 @@ def check_number(name: str, value, low: float | None = None, high: float | None 
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if too_low or too_high:
-        left = "(" if low_open else "["
-        right = ")" if high_open else "]"
-        interval = f"{left}{'-inf' if low is None else low:g}, {'inf' if high is None else high:g}{right}"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        low_text = "-inf" if low is None else f"{low:g}"
+        high_text = "inf" if high is None else f"{high:g}"
+        raise ValueError(f"{name} must be in {left}{low_text}, {high_text}{right}, got {value}")
 
 
 def check_probability(name: str, value) -> None:

@@ -6,7 +6,13 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_on_device, check_positive_int, check_token_id, check_token_ids
+from ._checks import (
+    check_on_device,
+    check_positive_int,
+    check_tensor,
+    check_token_id,
+    check_token_ids,
+)
 
 
 class TokenEmbedding(nn.Module):
@@ -42,8 +48,9 @@ class TokenEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        check_token_ids("tokens", tokens, self.vocab_size)
+        check_tensor("tokens", tokens)
         check_on_device("tokens", tokens, self.weight)
+        check_token_ids("tokens", tokens, self.vocab_size)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, d_model)
 
     def extra_repr(self) -> str:

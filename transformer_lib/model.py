@@ -10,6 +10,7 @@ from ._checks import (
     check_on_device,
     check_positive_int,
     check_same_size,
+    check_tensor,
     check_token_id,
     check_token_ids,
 )
@@ -114,8 +115,9 @@ class Transformer(nn.Module):
     @staticmethod
     def _check_tokens(name, tokens, embed):
         """(B, L) ids below the embedding's vocabulary size, at least one token per row."""
-        check_token_ids(name, tokens, embed.vocab_size, ndim=2)
+        check_tensor(name, tokens, ndim=2)
         check_on_device(name, tokens, embed.weight)
+        check_token_ids(name, tokens, embed.vocab_size)
         if tokens.size(1) == 0:
             raise ValueError(f"{name} must hold at least one token per row, got shape "
                              f"{tuple(tokens.shape)}")

@@ -347,7 +347,7 @@ def _read_checkpoint(path: str):
     except pickle.UnpicklingError as error:
         # PyTorch's message here advises loading with weights_only=False, which runs any code
         # the file holds: never pass that on. A number-words checkpoint never needs it.
-        if "weights only" in str(error).lower():
+        if "unsupported global" in str(error).lower():
             raise ValueError(f"{path!r} is not a number-words checkpoint: it holds Python objects "
                              f"other than tensors and plain values, and is refused (loading "
                              f"them could run code)") from None
