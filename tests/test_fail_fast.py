@@ -1,5 +1,6 @@
 """Fail fast, lose nothing: the capstone CLI refuses bad arguments before any work, and
 ``load_checkpoint`` / ``save_checkpoint`` say which file is wrong and how (issue 14)."""
+
 from __future__ import annotations
 
 import os
@@ -10,17 +11,32 @@ import pytest
 import torch
 
 from transformer_lib.data import Vocab
-from transformer_lib.examples import NumberTranslator, load_checkpoint, number_words, save_checkpoint
+from transformer_lib.examples import (
+    NumberTranslator,
+    load_checkpoint,
+    number_words,
+    save_checkpoint,
+)
 
-TINY = dict(d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
-            dropout=0.0, max_len=16)
+TINY = dict(
+    d_model=8,
+    num_heads=2,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    d_ff=16,
+    dropout=0.0,
+    max_len=16,
+)
 
 
 @pytest.fixture
 def no_work(monkeypatch):
-    """Make any data building or training fail the test: the CLI must stop before both."""
+    """Make building data or training fail the test: the CLI must stop before both."""
+
     def forbidden(*args, **kwargs):
-        raise AssertionError("the CLI started working before it had checked its arguments")
+        raise AssertionError(
+            "the CLI started working before it had checked its arguments"
+        )
 
     monkeypatch.setattr(number_words, "NumberWordsData", forbidden)
     monkeypatch.setattr(number_words, "train_number_words", forbidden)
@@ -40,19 +56,32 @@ BAD_ARGUMENTS = [
     (["--minutes", "nan"], r"argument --minutes: must be a finite number > 0, got nan"),
     (["--train-size", "0"], r"argument --train-size: must be >= 1, got 0"),
     (["--test-size", "0"], r"argument --test-size: must be >= 1, got 0"),
-    (["--test-size", "900000"], r"argument --test-size: cannot hold out 900000 numbers"),
+    (
+        ["--test-size", "900000"],
+        r"argument --test-size: cannot hold out 900000 numbers",
+    ),
     (["--batch-size", "0"], r"argument --batch-size: must be >= 1, got 0"),
     (["--warmup", "0"], r"argument --warmup: must be >= 1, got 0"),
-    (["--lr-factor", "-1"], r"argument --lr-factor: must be a finite number > 0, got -1"),
+    (
+        ["--lr-factor", "-1"],
+        r"argument --lr-factor: must be a finite number > 0, got -1",
+    ),
     (["--beam", "0"], r"argument --beam: must be >= 1, got 0"),
     (["--threads", "0"], r"argument --threads: must be >= 1, got 0"),
     (["--seed", "-1"], r"argument --seed: must be >= 0, got -1"),
-    (["--device", "gpu0"], r"argument --device: expected a device such as cpu or cuda, got 'gpu0'"),
+    (
+        ["--device", "gpu0"],
+        r"argument --device: expected a device such as cpu or cuda, got 'gpu0'",
+    ),
 ]
 
 
-@pytest.mark.parametrize("argv, message", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
-def test_cli_refuses_bad_arguments_before_any_work(argv, message, no_work, capsys, tmp_path):
+@pytest.mark.parametrize(
+    "argv, message", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS]
+)
+def test_cli_refuses_bad_arguments_before_any_work(
+    argv, message, no_work, capsys, tmp_path
+):
     code, err = _run_cli(argv + ["--out", str(tmp_path / "m.pt")], capsys)
     assert code == 2
     assert re.search(message, err), err
@@ -61,7 +90,10 @@ def test_cli_refuses_bad_arguments_before_any_work(argv, message, no_work, capsy
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_cli_refuses_cuda_without_cuda(no_work, capsys, tmp_path):
     code, err = _run_cli(["--device", "cuda", "--out", str(tmp_path / "m.pt")], capsys)
-    assert code == 2 and "argument --device: cuda was asked for, but CUDA is not available" in err
+    assert (
+        code == 2
+        and "argument --device: cuda was asked for, but CUDA is not available" in err
+    )
 
 
 def test_cli_refuses_a_folder_as_out(no_work, capsys, tmp_path):
@@ -88,6 +120,7 @@ def test_cli_refuses_an_unwritable_folder(no_work, capsys, tmp_path, monkeypatch
     if os.geteuid() != 0:  # a real read-only folder (root may write anywhere)
         folder.chmod(0o555)
     else:  # as root, make the probe fail the way a read-only folder would
+
         def denied(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
@@ -105,14 +138,17 @@ def test_check_output_path_leaves_nothing_behind(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Checkpoints
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def tiny_model():
     torch.manual_seed(0)
-    return NumberTranslator(Vocab(["one", "two", "-"]), Vocab(["eins", "zwei"]), "de", **TINY)
+    return NumberTranslator(
+        Vocab(["one", "two", "-"]), Vocab(["eins", "zwei"]), "de", **TINY
+    )
 
 
 def _assert_clear(error, path, *phrases):
@@ -163,7 +199,9 @@ def test_load_truncated_file(tiny_model, tmp_path, keep):
     _assert_clear(caught.value, path, "is not a readable checkpoint")
 
 
-@pytest.mark.parametrize("content", [b"not a checkpoint at all\n" * 20, bytes(range(256)) * 4])
+@pytest.mark.parametrize(
+    "content", [b"not a checkpoint at all\n" * 20, bytes(range(256)) * 4]
+)
 def test_load_garbage(tmp_path, content):
     path = tmp_path / "garbage.pt"
     path.write_bytes(content)
@@ -181,7 +219,9 @@ def test_load_pickle_with_objects_is_refused_without_unsafe_advice(tmp_path):
     torch.save({"format": number_words.CHECKPOINT_FORMAT, "x": _Anything()}, path)
     with pytest.raises(ValueError) as caught:
         load_checkpoint(path)
-    _assert_clear(caught.value, path, "holds Python objects other than tensors", "refused")
+    _assert_clear(
+        caught.value, path, "holds Python objects other than tensors", "refused"
+    )
 
 
 def test_load_plain_pickle(tmp_path):
@@ -193,12 +233,24 @@ def test_load_plain_pickle(tmp_path):
     _assert_clear(caught.value, path, "is not a readable checkpoint")
 
 
-@pytest.mark.parametrize("state, phrase", [
-    ([1, 2, 3], "expected format 'transformer_lib.number_words/1', got 'list'"),
-    ({"state_dict": {}}, "expected format 'transformer_lib.number_words/1', got None"),
-    ({"format": "transformer_lib.number_words/0"}, "got 'transformer_lib.number_words/0'"),
-    ({"format": number_words.CHECKPOINT_FORMAT, "config": {}}, "it lacks ['state_dict'"),
-])
+@pytest.mark.parametrize(
+    "state, phrase",
+    [
+        ([1, 2, 3], "expected format 'transformer_lib.number_words/1', got 'list'"),
+        (
+            {"state_dict": {}},
+            "expected format 'transformer_lib.number_words/1', got None",
+        ),
+        (
+            {"format": "transformer_lib.number_words/0"},
+            "got 'transformer_lib.number_words/0'",
+        ),
+        (
+            {"format": number_words.CHECKPOINT_FORMAT, "config": {}},
+            "it lacks ['state_dict'",
+        ),
+    ],
+)
 def test_load_other_formats(tmp_path, state, phrase):
     path = tmp_path / "other.pt"
     torch.save(state, path)
@@ -214,14 +266,29 @@ def _edited_checkpoint(model, path, edit):
     torch.save(state, path)
 
 
-@pytest.mark.parametrize("edit, phrase", [
-    (lambda s: s["config"].update(d_ff=32), "size mismatch"),
-    (lambda s: s["config"].update(layers=3), "unexpected keyword argument 'layers'"),
-    (lambda s: s["config"].update(tgt_vocab_size=99), "tgt_vocab_size differs from its vocabulary"),
-    (lambda s: s["state_dict"].pop("generator.weight"), "Missing key(s)"),
-    (lambda s: s.update(src_vocab=["a", "b"]), "a saved vocabulary must start with"),
-    (lambda s: s["config"].update(num_heads=3), "d_model=8 is not divisible by num_heads=3"),
-])
+@pytest.mark.parametrize(
+    "edit, phrase",
+    [
+        (lambda s: s["config"].update(d_ff=32), "size mismatch"),
+        (
+            lambda s: s["config"].update(layers=3),
+            "unexpected keyword argument 'layers'",
+        ),
+        (
+            lambda s: s["config"].update(tgt_vocab_size=99),
+            "tgt_vocab_size differs from its vocabulary",
+        ),
+        (lambda s: s["state_dict"].pop("generator.weight"), "Missing key(s)"),
+        (
+            lambda s: s.update(src_vocab=["a", "b"]),
+            "a saved vocabulary must start with",
+        ),
+        (
+            lambda s: s["config"].update(num_heads=3),
+            "d_model=8 is not divisible by num_heads=3",
+        ),
+    ],
+)
 def test_load_other_configs(tiny_model, tmp_path, edit, phrase):
     path = tmp_path / "m.pt"
     _edited_checkpoint(tiny_model, path, edit)
@@ -231,13 +298,17 @@ def test_load_other_configs(tiny_model, tmp_path, edit, phrase):
 
 
 def test_save_refuses_a_folder(tiny_model, tmp_path):
-    with pytest.raises(IsADirectoryError, match="it is a folder; give a file name such as"):
+    with pytest.raises(
+        IsADirectoryError, match="it is a folder; give a file name such as"
+    ):
         save_checkpoint(tiny_model, tmp_path)
     assert os.listdir(tmp_path) == []
 
 
 def test_save_refuses_bad_metrics_and_models(tiny_model, tmp_path):
-    with pytest.raises(TypeError, match=r"metrics\['score'\] must be a number, got str"):
+    with pytest.raises(
+        TypeError, match=r"metrics\['score'\] must be a number, got str"
+    ):
         save_checkpoint(tiny_model, tmp_path / "m.pt", {"score": "high"})
     with pytest.raises(TypeError, match="model must be a NumberTranslator, got Linear"):
         save_checkpoint(torch.nn.Linear(2, 2), tmp_path / "m.pt")

@@ -38,7 +38,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     """
     check_floating("scores", scores)
     if scores.dim() == 0:
-        raise ValueError("scores must have at least 1 dimension (the keys), got a 0-d tensor")
+        raise ValueError("scores must have at least 1 dimension (the keys), got 0")
     if mask is None:
         return torch.softmax(scores, dim=-1)
     check_mask(mask, scores.shape, device=scores.device)
@@ -62,9 +62,10 @@ def scaled_dot_product_attention(
     ``dropout_p`` is applied to the weights used for the context (pass 0.0 outside training);
     the returned ``weights`` are the attention distribution before dropout.
 
-    Half precision (float16, bfloat16): the scores and the softmax are computed in float32, as
-    the fused kernels do internally. In float16, q k^T overflows (65504 is its largest number)
-    long before the scaled scores are large: with entries of size 300 and d_k = 16 it is inf.
+    Half precision (float16, bfloat16): the scores and the softmax are computed in
+    float32, as the fused kernels do internally. In float16, q k^T overflows (its
+    largest number is 65504) long before the scaled scores are large: entries of
+    size 300 are enough.
     """
     _check_qkv(q, k, v)
     check_probability("dropout_p", dropout_p)
@@ -91,10 +92,10 @@ def _check_qkv(q, k, v) -> None:
         raise ValueError(
             f"k and v must have the same length Lk, got k {k.size(-2)} and v {v.size(-2)}"
         )
-    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:  # (batch, heads)
+    if broadcast_shape(q.shape[:-2], k.shape[:-2], v.shape[:-2]) is None:  # (B, H)
         raise ValueError(
-            f"q, k and v must have the same leading (batch) dimensions, got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)} and v {tuple(v.shape)}"
+            f"q, k and v must have the same leading (batch) dimensions, got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
 
 
@@ -103,8 +104,8 @@ def _check_qkv(q, k, v) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_qk(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-    """q (B, Lq, d_q), k (B, Lk, d_k), floating, alike, and matching ``weight`` if the score has one."""
+def _check_qk(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor | None = None):
+    """q (B, Lq, d_q) and k (B, Lk, d_k): floating, alike, and like the weight."""
     check_floating("q", q, ndim=3)
     check_floating("k", k, ndim=3)
     check_same_dtype_device(q=q, k=k)
@@ -181,7 +182,8 @@ class Attention(nn.Module):
 
     def __init__(self, score: nn.Module, dropout: float = 0.0):
         super().__init__()
-        check_instance("score", score, nn.Module, "a score module such as tl.ScaledDotScore()")
+        check_instance("score", score, nn.Module,
+                       "a score module such as tl.ScaledDotScore()")
         check_probability("dropout", dropout)
         self.score = score
         self.dropout = nn.Dropout(dropout)
@@ -191,8 +193,8 @@ class Attention(nn.Module):
         scores = self.score(q, k)  # (B, Lq, Lk)
         check_same_dtype_device(k=k, v=v)
         if v.size(0) != k.size(0) or v.size(1) != k.size(1):
-            raise ValueError(f"k and v must have the same batch size and length Lk, got k "
-                             f"{tuple(k.shape)} and v {tuple(v.shape)}")
+            raise ValueError(f"k and v must have the same batch size and length Lk, "
+                             f"got k {tuple(k.shape)} and v {tuple(v.shape)}")
         weights = masked_softmax(scores, mask)  # (B, Lq, Lk)
         context = self.dropout(weights) @ v  # (B, Lq, d_v)
         return context, weights

@@ -45,9 +45,11 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, need_weights=False, cache=None):
         _check_inputs(x, memory, self.self_attn.d_model)
-        if cache is not None and not (isinstance(cache, dict) and {"self", "cross"} <= set(cache)):
-            raise TypeError("cache must be one layer's entry of Decoder.new_cache(), a dict with "
-                            f"'self' and 'cross', got {type(cache).__name__}")
+        layer_cache = isinstance(cache, dict) and {"self", "cross"} <= set(cache)
+        if cache is not None and not layer_cache:
+            raise TypeError("cache must be one layer's entry of Decoder.new_cache(), "
+                            "a dict with 'self' and 'cross', "
+                            f"got {type(cache).__name__}")
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
 
@@ -94,14 +96,20 @@ class Decoder(nn.Module):
         """An empty key/value cache for incremental decoding, one entry per layer."""
         return [{"self": {}, "cross": {"static": True}} for _ in self.layers]
 
+    def check_cache(self, cache) -> None:
+        """Raise unless ``cache`` is None or a list with one entry per layer."""
+        if cache is None:
+            return
+        check_instance("cache", cache, list, "a list from Decoder.new_cache()")
+        layers = len(self.layers)
+        if len(cache) != layers:
+            raise ValueError(f"cache must have one entry per layer ({layers}), "
+                             f"got {len(cache)}; make it with Decoder.new_cache()")
+
     def forward(self, x: torch.Tensor, memory, self_mask=None, memory_mask=None,
                 need_weights=False, cache=None):
         _check_inputs(x, memory, self.layers[0].self_attn.d_model)
-        if cache is not None:
-            check_instance("cache", cache, list, "a list from Decoder.new_cache() (or None)")
-            if len(cache) != len(self.layers):
-                raise ValueError(f"cache must have one entry per layer ({len(self.layers)}), "
-                                 f"got {len(cache)}; make it with Decoder.new_cache()")
+        self.check_cache(cache)
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
@@ -116,7 +124,7 @@ class Decoder(nn.Module):
 
 
 def _check_inputs(x, memory, d_model: int) -> None:
-    """x (B, Lt, d_model) and memory (B, Ls, d_model): floating, one batch, one dtype."""
+    """x (B, Lt, d_model), memory (B, Ls, d_model): floating, one batch, one dtype."""
     check_activations("x", x, d_model)
     check_activations("memory", memory, d_model)
     check_same_size(0, "batch size", x=x, memory=memory)

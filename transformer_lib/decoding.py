@@ -49,8 +49,8 @@ def _check_decode_args(model, src, max_len, bos_id, eos_id, use_cache):
     check_instance("model", model, Transformer, "a tl.Transformer")
     check_token_ids("src", src, model.src_embed.vocab_size, ndim=2)
     if src.size(0) == 0 or src.size(1) == 0:
-        raise ValueError(f"src must hold at least one sequence of at least one token, got shape "
-                         f"{tuple(src.shape)}")
+        raise ValueError(f"src must hold at least one sequence of at least one token, "
+                         f"got shape {tuple(src.shape)}")
     check_positive_int("max_len", max_len)
     for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
         check_token_id(name, token, model.tgt_embed.vocab_size)

@@ -5,7 +5,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_choice, check_matches_weight, check_positive_int, check_probability, check_width
+from ._checks import (
+    check_choice,
+    check_matches_weight,
+    check_positive_int,
+    check_probability,
+    check_width,
+)
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 

@@ -11,9 +11,10 @@ Supported pairs (ours, theirs): (MultiHeadAttention, nn.MultiheadAttention),
     copy_to_torch(ours, theirs)    # theirs now computes what ours computes
     copy_from_torch(ours, theirs)  # and the other way round
 
-Copying weights makes two layers compute the same thing only if they are built the same way, so
-a pair whose sizes, ``norm_first``, activation, biases or LayerNorm eps differ is refused with a
-ValueError (copied anyway, a pre-norm and a post-norm layer differ by about 1 on random input).
+Copied weights make two layers compute the same thing only if they are built the
+same way, so a pair whose sizes, ``norm_first``, activation, biases or LayerNorm eps
+differ is refused with a ValueError (copied anyway, a pre-norm and a post-norm layer
+differ by about 1 on random input).
 """
 from __future__ import annotations
 
@@ -50,14 +51,16 @@ def _pairs(ours: nn.Module, theirs: nn.Module):
 
 
 def _refuse(setting: str, mine, other) -> None:
-    raise ValueError(f"{setting} differs: ours {mine}, theirs {other}; copied weights would not "
-                     f"give the same outputs, so build both layers alike")
+    raise ValueError(f"{setting} differs: ours {mine}, theirs {other}; copied weights "
+                     f"would not give the same outputs, so build both layers alike")
 
 
-def _check_attention_settings(mine: MultiHeadAttention, other: nn.MultiheadAttention) -> None:
+def _check_attention_settings(mine: MultiHeadAttention, other: nn.MultiheadAttention):
     if (other.embed_dim, other.num_heads) != (mine.d_model, mine.num_heads):
-        raise ValueError(f"size mismatch: ours d_model={mine.d_model}, num_heads={mine.num_heads}; "
-                         f"theirs embed_dim={other.embed_dim}, num_heads={other.num_heads}")
+        raise ValueError(f"size mismatch: ours d_model={mine.d_model}, "
+                         f"num_heads={mine.num_heads}; "
+                         f"theirs embed_dim={other.embed_dim}, "
+                         f"num_heads={other.num_heads}")
     if not other._qkv_same_embed_dim or other.bias_k is not None or other.add_zero_attn:
         raise ValueError("theirs uses kdim/vdim, add_bias_kv or add_zero_attn, which "
                          "MultiHeadAttention does not have")
@@ -67,26 +70,30 @@ def _check_attention_settings(mine: MultiHeadAttention, other: nn.MultiheadAtten
 
 
 def _activation_name(activation) -> str | None:
-    """"relu" or "gelu" for PyTorch's ways of writing them (a function or a module), else None."""
+    """"relu" or "gelu" for PyTorch's ways of writing them, else None."""
     if activation is F.relu or isinstance(activation, nn.ReLU):
         return "relu"
-    if activation is F.gelu or (isinstance(activation, nn.GELU) and activation.approximate == "none"):
+    exact_gelu = isinstance(activation, nn.GELU) and activation.approximate == "none"
+    if activation is F.gelu or exact_gelu:
         return "gelu"
     return None
 
 
 def _check_layer_settings(ours, theirs) -> None:
-    """An encoder or decoder layer pair: same norm_first, activation, biases, sizes and eps."""
+    """Encoder or decoder layers: same norm_first, activation, bias, sizes, eps."""
     if ours.norm_first != theirs.norm_first:
-        _refuse("norm_first", f"norm_first={ours.norm_first}", f"norm_first={theirs.norm_first}")
+        _refuse("norm_first", f"norm_first={ours.norm_first}",
+                f"norm_first={theirs.norm_first}")
     their_activation = _activation_name(theirs.activation)
     if ours.ffn.activation != their_activation:
-        _refuse("the activation", repr(ours.ffn.activation), repr(their_activation or theirs.activation))
+        _refuse("the activation", repr(ours.ffn.activation),
+                repr(their_activation or theirs.activation))
     if theirs.linear1.bias is None or theirs.norm1.bias is None:
         _refuse("bias", "bias=True (feed-forward and LayerNorm)", "bias=False")
     mine_ff, their_ff = ours.ffn.linear1.out_features, theirs.linear1.out_features
     if mine_ff != their_ff:
-        raise ValueError(f"size mismatch: ours d_ff={mine_ff}, theirs dim_feedforward={their_ff}")
+        raise ValueError(
+            f"size mismatch: ours d_ff={mine_ff}, theirs dim_feedforward={their_ff}")
     if ours.norm1.eps != theirs.norm1.eps:
         _refuse("LayerNorm eps", f"eps={ours.norm1.eps}", f"eps={theirs.norm1.eps}")
 
@@ -116,8 +123,9 @@ def copy_from_torch(ours: nn.Module, theirs: nn.Module) -> None:
         for proj, w in zip(projections, weights):
             proj.weight.copy_(w)
         if other.in_proj_bias is not None:
-            for proj, b in zip(projections, other.in_proj_bias.split(mine.d_model, dim=0)):
-                proj.bias.copy_(b)  # 3 x (d,)
+            biases = other.in_proj_bias.split(mine.d_model, dim=0)  # 3 x (d,)
+            for proj, b in zip(projections, biases):
+                proj.bias.copy_(b)
     for mine, other in same:
         mine.weight.copy_(other.weight)
         if other.bias is not None:

@@ -20,7 +20,7 @@ def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
 
 
 def _check_tokens(name: str, tokens, pad_id) -> None:
-    # Each public function checks its own argument first, so that a message names it (tgt, src).
+    # Each public function checks its own argument first, so messages name it.
     check_token_ids(name, tokens, ndim=2)
     check_int("pad_id", pad_id)
 

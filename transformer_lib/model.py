@@ -37,10 +37,10 @@ class Transformer(nn.Module):
                  num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
                  max_len=5000, pad_id=0, norm_first=False, share_embeddings=False):
         super().__init__()
-        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
-                            ("num_encoder_layers", num_encoder_layers),
-                            ("num_decoder_layers", num_decoder_layers)):
-            check_positive_int(name, value)
+        check_positive_int("src_vocab_size", src_vocab_size)
+        check_positive_int("tgt_vocab_size", tgt_vocab_size)
+        check_positive_int("num_encoder_layers", num_encoder_layers)
+        check_positive_int("num_decoder_layers", num_decoder_layers)
         check_token_id("pad_id", pad_id, min(src_vocab_size, tgt_vocab_size))
         check_bool("norm_first", norm_first)
         check_bool("share_embeddings", share_embeddings)
@@ -85,6 +85,7 @@ class Transformer(nn.Module):
         check_same_size(0, "batch size", tgt_in=tgt_in, memory=memory, src=src)
         check_same_size(1, "length Ls", memory=memory, src=src)
         check_bool("need_weights", need_weights)
+        self.decoder.check_cache(cache)
         offset = 0
         if cache is not None and "k" in cache[0]["self"]:
             offset = cache[0]["self"]["k"].size(2)
@@ -114,7 +115,7 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_tokens(name, tokens, embed):
-        """(B, L) ids below the embedding's vocabulary size, at least one token per row."""
+        """(B, L) ids below the embedding's vocabulary size, at least one per row."""
         check_tensor(name, tokens, ndim=2)
         check_on_device(name, tokens, embed.weight)
         check_token_ids(name, tokens, embed.vocab_size)

@@ -26,24 +26,30 @@ class MultiHeadAttention(nn.Module):
     (bool, True = blocked) -> output (B, Lq, d_model), weights (B, H, Lq, Lk) or None.
 
     Two paths that compute the same function:
-    - ``need_weights=False`` (default, fast): PyTorch's fused ``F.scaled_dot_product_attention``.
-    - ``need_weights=True`` (explicit, for teaching and plots): our ``scaled_dot_product_attention``,
-      which also returns the per-head attention weights.
-    Their outputs agree to float rounding. Their float32 *gradients* agree with float64 equally
-    well (relative error about 3e-7 at scores of size 5, 1e-5 at 500, 3e-3 at 5e4: a nearly
-    saturated softmax is ill-conditioned whatever the path) until the scores q k^T / sqrt(d_k)
-    pass about 1e5. Beyond that PyTorch's CPU flash kernel, which the fused path picks, loses
-    its gradients (relative error 2e-1 at scores of 5e6, far above 1 at 5e8), while the explicit
-    path and PyTorch's math backend stay at 1e-7. Scores that large mean a one-hot softmax (a
-    diverging run); to study one, use ``need_weights=True`` or wrap the call in
-    ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``. See benchmarks/attention_precision.py.
+    - ``need_weights=False`` (default, fast): PyTorch's fused
+      ``F.scaled_dot_product_attention``.
+    - ``need_weights=True`` (explicit, for teaching and plots): our
+      ``scaled_dot_product_attention``, which also returns the per-head attention
+      weights.
 
-    ``cache`` (optional dict) serves incremental decoding. For self-attention, pass ``{}`` at the first
-    step and the same dict afterwards: each call appends the new keys and values (already projected,
-    (B, H, L, d_k)) to ``cache["k"]`` and ``cache["v"]``. For cross-attention, pass a dict with
-    ``cache["static"] = True``: the keys and values of ``key``/``value`` are projected on the first
-    call and reused while the same ``key`` tensor comes back; a different one raises ValueError
-    (a static cache belongs to one source batch: start a new one for new memory).
+    Their outputs agree to float rounding. Their float32 *gradients* agree with float64
+    equally well (relative error about 3e-7 at scores of size 5, 1e-5 at 500, 3e-3 at
+    5e4: a nearly saturated softmax is ill-conditioned whatever the path) until the
+    scores q k^T / sqrt(d_k) pass about 1e5. Beyond that PyTorch's CPU flash kernel,
+    which the fused path picks, loses its gradients (relative error 2e-1 at scores of
+    5e6, far above 1 at 5e8), while the explicit path and PyTorch's math backend stay at
+    1e-7. Scores that large mean a one-hot softmax (a diverging run); to study one, use
+    ``need_weights=True`` or wrap the call in
+    ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``. See
+    benchmarks/attention_precision.py.
+
+    ``cache`` (optional dict) serves incremental decoding. For self-attention, pass
+    ``{}`` at the first step and the same dict afterwards: each call appends the new
+    keys and values (already projected, (B, H, L, d_k)) to ``cache["k"]`` and
+    ``cache["v"]``. For cross-attention, pass a dict with ``cache["static"] = True``:
+    the keys and values of ``key``/``value`` are projected on the first call and reused
+    while the same ``key`` tensor comes back; a different one raises ValueError (a
+    static cache belongs to one source batch: start a new one for new memory).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -83,7 +89,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (B, H, Lq, d_k)
         k, v = self._keys_values(key, value, cache)  # (B, H, Lk, d_k) each
         if mask is not None:
-            check_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)), device=q.device)
+            scores_shape = (q.size(0), self.num_heads, q.size(2), k.size(2))
+            check_mask(mask, scores_shape, device=q.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             context, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
@@ -99,12 +106,13 @@ class MultiHeadAttention(nn.Module):
         """Project (or fetch from the cache) the keys and values, each (B, H, Lk, d_k)."""
         static = cache is not None and cache.get("static")
         if static and "k" in cache:
-            # Reuse only for the tensors the cache was built from: silently attending to an old
+            # Reuse only for the tensors the cache was built from: attending to an old
             # source after the memory changed would be a wrong answer with no error.
-            if not (_same_tensor(key, cache["key"]) and _same_tensor(value, cache["value"])):
-                raise ValueError("key/value differ from the memory this static cross-attention "
-                                 "cache was built from; use a new cache (Decoder.new_cache()) "
-                                 "for a new memory")
+            if not (_same_tensor(key, cache["key"])
+                    and _same_tensor(value, cache["value"])):
+                raise ValueError("key/value differ from the memory this static "
+                                 "cross-attention cache was built from; use a new "
+                                 "cache (Decoder.new_cache()) for a new memory")
             return cache["k"], cache["v"]
         k = self.split_heads(self.k_proj(key))
         v = self.split_heads(self.v_proj(value))
@@ -128,8 +136,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             check_instance("cache", cache, dict, "a dict (or None)")
             if "k" in cache and cache["k"].size(0) != query.size(0):
-                raise ValueError(f"cache holds a batch of {cache['k'].size(0)}, but query has "
-                                 f"batch size {query.size(0)}")
+                raise ValueError(f"cache holds a batch of {cache['k'].size(0)}, "
+                                 f"but query has batch size {query.size(0)}")
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout}"

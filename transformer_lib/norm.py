@@ -15,9 +15,9 @@ class LayerNorm(nn.Module):
     over the last dimension, with the *biased* variance (divide by d, not d - 1) and eps *inside*
     the square root: exactly what ``nn.LayerNorm`` computes. x (..., d_model) -> (..., d_model).
 
-    Like ``nn.LayerNorm``, half-precision input (float16, bfloat16) is normalised in float32 and
-    the result cast back: in float16 the variance of values of size 256 is already 65536, past
-    float16's largest number (65504), and the output would be all zeros.
+    Like ``nn.LayerNorm``, half-precision input (float16, bfloat16) is normalised in
+    float32 and the result cast back: in float16 the variance of values of size 256 is
+    already 65536, past float16's largest number (65504), and the output would be zeros.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5):
@@ -30,10 +30,10 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Autocast may hand us half-precision input for float32 weights: the dtypes may differ.
+        # Autocast may give half-precision input to float32 weights: dtypes may differ.
         check_matches_weight("x", x, self.weight, need_same_dtype=False)
         check_width("x", x, self.d_model)
-        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 statistics for half input
+        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 statistics
         mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
         var = h.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
         y = (h - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias

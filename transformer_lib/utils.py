@@ -79,8 +79,8 @@ def show_source(obj) -> None:
     try:
         source = inspect.getsource(obj)
     except (TypeError, OSError):
-        raise TypeError(f"obj must be a function, class or method with a source file, got "
-                        f"{type(obj).__name__} {obj!r:.60}") from None
+        raise TypeError(f"obj must be a function, class or method with a source file, "
+                        f"got {type(obj).__name__} {obj!r:.60}") from None
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -209,9 +209,11 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
     """
     import ipywidgets
 
-    check_instance("maps", maps, dict, "the dict of Transformer(..., return_attention=True)")
+    check_instance("maps", maps, dict,
+                   "the dict of Transformer(..., return_attention=True)")
     if set(maps) != {"encoder", "decoder", "cross"}:
-        raise ValueError(f"maps must have the keys 'encoder', 'decoder' and 'cross', got {sorted(maps)}")
+        raise ValueError(f"maps must have the keys 'encoder', 'decoder' and 'cross', "
+                         f"got {sorted(maps)}")
     if tgt_in_labels is None:
         tgt_in_labels = tgt_labels
     num_layers = len(maps["encoder"])

@@ -6,7 +6,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from .._checks import check_bool, check_int, check_positive_int, check_same_size, check_token_ids
+from .._checks import (
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_same_size,
+    check_token_ids,
+)
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
@@ -16,10 +22,12 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
     L is the longest sequence, or ``length`` if given (a longer sequence raises ValueError).
     """
     if not _is_sized_iterable(sequences):
-        raise TypeError(f"sequences must be a list of lists of token ids, got {type(sequences).__name__}")
+        raise TypeError(f"sequences must be a list of lists of token ids, "
+                        f"got {type(sequences).__name__}")
     for i, seq in enumerate(sequences):
         if not _is_sized_iterable(seq):
-            raise TypeError(f"sequences[{i}] must be a list of token ids, got {type(seq).__name__}")
+            raise TypeError(f"sequences[{i}] must be a list of token ids, "
+                            f"got {type(seq).__name__}")
     check_int("pad_id", pad_id)
     if length is not None:
         check_int("length", length, minimum=0)
@@ -34,8 +42,9 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
 
 
 def _is_sized_iterable(x) -> bool:
-    """A list, tuple, array or tensor; not a string (whose characters would become "ids")."""
-    return not isinstance(x, (str, bytes)) and hasattr(x, "__len__") and hasattr(x, "__iter__")
+    """A list, tuple, array or tensor; not a string (its letters would become "ids")."""
+    sized = hasattr(x, "__len__") and hasattr(x, "__iter__")
+    return sized and not isinstance(x, (str, bytes))
 
 
 class BucketBatcher:
@@ -55,8 +64,9 @@ class BucketBatcher:
         check_token_ids("src", src, ndim=2)
         check_token_ids("tgt", tgt, ndim=2)
         check_same_size(0, "N (number of examples)", src=src, tgt=tgt)
-        if src.size(0) == 0:  # an endless iterator over nothing would never yield nor stop
-            raise ValueError(f"src and tgt must hold at least one example, got {tuple(src.shape)}")
+        if src.size(0) == 0:  # an endless batcher of nothing would hang
+            raise ValueError(
+                f"src and tgt must hold at least one example, got {tuple(src.shape)}")
         check_positive_int("batch_size", batch_size)
         check_int("pad_id", pad_id)
         check_int("seed", seed, minimum=0)

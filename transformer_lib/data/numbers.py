@@ -149,7 +149,7 @@ class NumberWordsData:
                  max_number: int = MAX_NUMBER, cache: dict | None = None):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
-        # Checked here, before minutes of num2words: the splits would fail only at the end.
+        # Checked here, before minutes of num2words: a split would fail only at the end.
         check_positive_int("train_size", train_size)
         check_positive_int("n_test", n_test)
         check_positive_int("n_valid", n_valid)

@@ -9,8 +9,8 @@ SPECIALS = (PAD, BOS, EOS, UNK)
 
 def _check_tokens(tokens) -> None:
     if isinstance(tokens, str):
-        raise TypeError(f"tokens must be a list of token strings, got one str {tokens!r:.40}; "
-                        f"tokenize it first")
+        raise TypeError(f"tokens must be a list of token strings, "
+                        f"got one str {tokens!r:.40}; tokenize it first")
 
 
 class Vocab:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._checks import check_instance
+from .._checks import check_device, check_instance
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.numbers import split_numbers
 from ..data.tokenize import MorphemeTokenizer
@@ -260,11 +260,13 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) 
     check_instance("model", model, NumberTranslator, "a NumberTranslator")
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise IsADirectoryError(f"cannot save the checkpoint to {path!r}: it is a folder; "
-                                f"give a file name such as {os.path.join(path, 'model.pt')!r}")
+        example = os.path.join(path, "model.pt")
+        raise IsADirectoryError(f"cannot save the checkpoint to {path!r}: it is a "
+                                f"folder; give a file name such as {example!r}")
     for key, value in (metrics or {}).items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"metrics[{key!r}] must be a number, got {type(value).__name__}")
+            raise TypeError(
+                f"metrics[{key!r}] must be a number, got {type(value).__name__}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     state = {
@@ -297,11 +299,12 @@ def load_checkpoint(path, device=None) -> NumberTranslator:
     (default: CPU). Loads with ``weights_only=True``: a checkpoint holds only tensors and plain
     Python values, so loading it cannot run code.
 
-    A file that is missing raises FileNotFoundError; one that is empty, truncated, not a
-    checkpoint, of another format, or whose configuration does not fit its weights raises
-    ValueError naming the file and what is wrong with it.
+    A missing file raises FileNotFoundError; one that is empty, truncated, not a
+    checkpoint, of another format, or whose configuration does not fit its weights
+    raises ValueError naming the file and what is wrong with it.
     """
     path = os.fspath(path)
+    device = check_device("device", device)
     state = _read_checkpoint(path)
 
     def broken(reason):
@@ -315,8 +318,10 @@ def load_checkpoint(path, device=None) -> NumberTranslator:
         raise broken(f"it lacks {missing}")
     try:
         config = dict(state["config"])
-        src_vocab, tgt_vocab = Vocab.from_itos(state["src_vocab"]), Vocab.from_itos(state["tgt_vocab"])
-        for key, vocab in (("src_vocab_size", src_vocab), ("tgt_vocab_size", tgt_vocab)):
+        src_vocab = Vocab.from_itos(state["src_vocab"])
+        tgt_vocab = Vocab.from_itos(state["tgt_vocab"])
+        for key, vocab in (("src_vocab_size", src_vocab),
+                           ("tgt_vocab_size", tgt_vocab)):
             if config.pop(key, None) != len(vocab):
                 raise ValueError(f"its config's {key} differs from its vocabulary")
         config.pop("pad_id", None)
@@ -331,35 +336,37 @@ def load_checkpoint(path, device=None) -> NumberTranslator:
 
 
 def _read_checkpoint(path: str):
-    """``torch.load(path, weights_only=True)``, each way of failing turned into one clear error."""
+    """``torch.load(path, weights_only=True)``, each failure made one clear error."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}: the file does not exist")
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a folder, not a checkpoint file")
     if os.path.getsize(path) == 0:
-        raise ValueError(f"checkpoint {path!r} is empty (0 bytes): was its saving interrupted?")
+        raise ValueError(
+            f"checkpoint {path!r} is empty (0 bytes): was its saving interrupted?")
     try:
-        with warnings.catch_warnings():  # e.g. about the pickle protocol of a foreign file
+        with warnings.catch_warnings():  # e.g. about a foreign file's pickle protocol
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:
-        raise PermissionError(f"cannot read checkpoint {path!r}: permission denied") from None
+        raise PermissionError(
+            f"cannot read checkpoint {path!r}: permission denied") from None
     except pickle.UnpicklingError as error:
-        # PyTorch's message here advises loading with weights_only=False, which runs any code
-        # the file holds: never pass that on. A number-words checkpoint never needs it.
+        # PyTorch's message here advises loading with weights_only=False, which runs any
+        # code the file holds: never pass that on. A number-words checkpoint needs none.
         if "unsupported global" in str(error).lower():
-            raise ValueError(f"{path!r} is not a number-words checkpoint: it holds Python objects "
-                             f"other than tensors and plain values, and is refused (loading "
-                             f"them could run code)") from None
-        raise ValueError(f"{path!r} is not a readable checkpoint: damaged or not a PyTorch "
-                         f"file") from None
-    except Exception:  # torch.load fails on a damaged file with KeyError, OSError, EOFError, ...
-        raise ValueError(f"{path!r} is not a readable checkpoint: truncated, damaged or not a "
+            raise ValueError(f"{path!r} is not a number-words checkpoint: it holds "
+                             f"Python objects other than tensors and plain values, and "
+                             f"is refused (loading them could run code)") from None
+        raise ValueError(f"{path!r} is not a readable checkpoint: damaged or not a "
                          f"PyTorch file") from None
+    except Exception:  # a damaged file: KeyError, OSError, EOFError, RuntimeError, ...
+        raise ValueError(f"{path!r} is not a readable checkpoint: truncated, damaged "
+                         f"or not a PyTorch file") from None
 
 
 def _int_at_least(minimum: int):
-    """An argparse type: an int >= ``minimum`` (argparse names the option in its error)."""
+    """An argparse type: an int >= ``minimum`` (argparse names the option)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -383,8 +390,9 @@ def _positive_float(text: str) -> float:
 
 
 def check_output_path(path: str) -> None:
-    """Raise ValueError unless a checkpoint can be written to ``path``: not a folder, in a folder
-    that exists and that we may write to (tried with a temporary file, which is removed)."""
+    """Raise ValueError unless a checkpoint can be written to ``path``: not a folder, in
+    a folder that exists and that we may write to (tried with a temporary file, which is
+    removed)."""
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a folder; give a file name such as "
                          f"{os.path.join(path, 'model.pt')!r}")
@@ -395,13 +403,14 @@ def check_output_path(path: str) -> None:
     try:
         handle, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-probe-")
     except OSError as error:
-        raise ValueError(f"cannot write to the folder {folder!r}: {error.strerror}") from None
+        raise ValueError(
+            f"cannot write to the folder {folder!r}: {error.strerror}") from None
     os.close(handle)
     os.remove(probe)
 
 
 def _check_args(parser: argparse.ArgumentParser, args) -> None:
-    """Everything that could fail after training fails here, before any work (exit status 2)."""
+    """What could fail after training fails here, before any work (exit status 2)."""
     try:
         split_numbers(args.test_size, max(1, args.test_size // 4), args.seed)
     except ValueError as error:
@@ -409,9 +418,14 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
     try:
         device = torch.device(args.device) if args.device is not None else None
     except RuntimeError:
-        parser.error(f"argument --device: expected a device such as cpu or cuda, got {args.device!r}")
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"argument --device: {args.device} was asked for, but CUDA is not available")
+        parser.error(f"argument --device: expected a device such as cpu or cuda, "
+                     f"got {args.device!r}")
+    mps = getattr(torch.backends, "mps", None)
+    available = {"cuda": torch.cuda.is_available(),
+                 "mps": mps is not None and mps.is_available()}
+    if device is not None and not available.get(device.type, True):
+        parser.error(f"argument --device: {args.device} was asked for, but "
+                     f"{device.type.upper()} is not available")
     try:
         check_output_path(args.out)
     except ValueError as error:
@@ -424,19 +438,25 @@ def main(argv=None) -> int:
         description="Train a Transformer to translate English number words into German or French.")
     positive, non_negative = _int_at_least(1), _int_at_least(0)
     parser.add_argument("--lang", choices=("de", "fr"), default="de")
-    parser.add_argument("--minutes", type=_positive_float, default=None, help="training time budget")
+    parser.add_argument("--minutes", type=_positive_float, default=None,
+                        help="training time budget")
     parser.add_argument("--steps", type=positive, default=None,
                         help="training steps (default: 1000 if --minutes is not given)")
     parser.add_argument("--out", default=None, help="checkpoint path (default: number_words_LANG.pt)")
     parser.add_argument("--train-size", type=positive, default=12_000,
                         help="training pairs to precompute")
-    parser.add_argument("--test-size", type=positive, default=2000, help="held-out test numbers")
-    parser.add_argument("--batch-size", type=positive, default=TRAIN_CONFIG["batch_size"])
-    parser.add_argument("--lr-factor", type=_positive_float, default=TRAIN_CONFIG["lr_factor"])
+    parser.add_argument("--test-size", type=positive, default=2000,
+                        help="held-out test numbers")
+    parser.add_argument("--batch-size", type=positive,
+                        default=TRAIN_CONFIG["batch_size"])
+    parser.add_argument("--lr-factor", type=_positive_float,
+                        default=TRAIN_CONFIG["lr_factor"])
     parser.add_argument("--warmup", type=positive, default=TRAIN_CONFIG["warmup"])
     parser.add_argument("--seed", type=non_negative, default=0)
-    parser.add_argument("--beam", type=positive, default=4, help="beam size for the beam-search score")
-    parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
+    parser.add_argument("--beam", type=positive, default=4,
+                        help="beam size for the beam-search score")
+    parser.add_argument("--threads", type=positive, default=None,
+                        help="torch CPU threads")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
     args = parser.parse_args(argv)
     args.out = args.out or f"number_words_{args.lang}.pt"
