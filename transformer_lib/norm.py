@@ -33,11 +33,12 @@ class LayerNorm(nn.Module):
         # Autocast may give half-precision input to float32 weights: dtypes may differ.
         check_matches_weight("x", x, self.weight, need_same_dtype=False)
         check_width("x", x, self.d_model)
-        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 statistics
+        half = x.dtype in (torch.float16, torch.bfloat16)
+        h = x.float() if half else x  # float32 statistics for half precision
         mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
         var = h.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
         y = (h - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
-        return y.to(x.dtype)
+        return y.to(x.dtype) if half else y
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, eps={self.eps}"
