@@ -47,11 +47,11 @@ def transformers4(tmp_path_factory):
     return target, env
 
 
-def test_colab_pins_a_transformers_4():
+def test_the_pinned_version_is_a_transformers_4():
     assert VERSION.startswith("4."), f"{PIN}: this module is for transformers 4"
 
 
-def test_marian_tests_pass_on_colabs_transformers(transformers4):
+def test_marian_tests_pass_on_transformers_4(transformers4):
     target, env = transformers4
     code = ("import numpy, torch, transformers; "
             "print(transformers.__version__, transformers.__file__, numpy.__file__, "
