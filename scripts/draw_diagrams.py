@@ -160,6 +160,30 @@ def residual(ax, x_branch, y_branch, x_side, y_enter, x_box_edge):
 # ------------------------------------------------------------------------------------
 # The diagrams
 # ------------------------------------------------------------------------------------
+def _map_column(ax, x, bw, tokens, embedding, top, layer, chapter):
+    """The bottom of a column of the map: tokens, embedding, positional encoding and the
+    dashed frame of the repeated layer, from 2.75 up to ``top``, with its chapter."""
+    box(ax, x, 0.55, bw, 0.62, tokens, FILL["token"], size=9.5)
+    box(ax, x, 1.5, bw, 0.5, embedding, FILL["embed"], badge=1, size=9.5)
+    box(ax, x, 2.3, bw, 0.45, "+ positional encoding", FILL["pe"], badge=2, size=9.5)
+    arrow(ax, [(x, 0.86), (x, 1.25)])
+    arrow(ax, [(x, 1.75), (x, 2.075)])
+    arrow(ax, [(x, 2.525), (x, 3.24)])
+    box(ax, x, (2.75 + top) / 2, bw + 1.0, top - 2.75, "", "#f6f6f6", edge="#8a8a8a",
+        dashed=True)
+    text(ax, x - bw / 2 - 0.4, top - 0.15, layer, size=9.5, style="italic",
+         color="#444444", ha="left")
+    chapter_badge(ax, x + bw / 2 + 0.22, top - 0.15, chapter)
+
+
+def _stack(ax, x, bw, blocks):
+    """Boxes (y, height, label, fill, chapter), bottom to top, with arrows between."""
+    for (y0, h0, *_), (y1, h1, *_) in zip(blocks, blocks[1:]):
+        arrow(ax, [(x, y0 + h0 / 2), (x, y1 - h1 / 2)])
+    for y, h, label, fill, chapter in blocks:
+        box(ax, x, y, bw, h, label, FILL[fill], badge=chapter, size=9.5)
+
+
 def draw_architecture():
     """The paper's figure 1 with the chapter that builds each block."""
     fig, ax = canvas(9.6, 11.0)
@@ -168,61 +192,32 @@ def draw_architecture():
          size=13, style="bold")
 
     # Encoder column: residual paths on its left.
-    box(ax, ex, 0.55, bw, 0.62, "source tokens, padded\n(B, Ls) int64", FILL["token"],
-        size=9.5)
-    box(ax, ex, 1.5, bw, 0.5, "Input embedding × √d_model", FILL["embed"], badge=1,
-        size=9.5)
-    box(ax, ex, 2.3, bw, 0.45, "+ positional encoding", FILL["pe"], badge=2, size=9.5)
-    arrow(ax, [(ex, 0.86), (ex, 1.25)])
-    arrow(ax, [(ex, 1.75), (ex, 2.075)])
-    box(ax, ex, 4.7, bw + 1.0, 3.9, "", "#f6f6f6", edge="#8a8a8a", dashed=True)
-    text(ax, ex - bw / 2 - 0.4, 6.5, "Encoder layer × N", size=9.5, style="italic",
-         color="#444444", ha="left")
-    chapter_badge(ax, ex + bw / 2 + 0.22, 6.5, 7)
+    _map_column(ax, ex, bw, "source tokens, padded\n(B, Ls) int64",
+                "Input embedding × √d_model", 6.65, "Encoder layer × N", 7)
     enc = {"attn": 3.55, "n1": 4.45, "ffn": 5.25, "n2": 6.05}
-    box(ax, ex, enc["attn"], bw, 0.62, "Multi-head self-attention\n(padding mask)",
-        FILL["attn"], badge="4, 5", size=9.5)
-    box(ax, ex, enc["n1"], bw, 0.4, "Add & Norm", FILL["norm"], badge=6, size=9.5)
-    box(ax, ex, enc["ffn"], bw, 0.5, "Feed-forward", FILL["ffn"], badge=6, size=9.5)
-    box(ax, ex, enc["n2"], bw, 0.4, "Add & Norm", FILL["norm"], badge=6, size=9.5)
-    arrow(ax, [(ex, 2.525), (ex, 3.24)])
-    arrow(ax, [(ex, 3.86), (ex, 4.25)])
-    arrow(ax, [(ex, 4.65), (ex, 5.0)])
-    arrow(ax, [(ex, 5.5), (ex, 5.85)])
+    _stack(ax, ex, bw, [
+        (enc["attn"], 0.62, "Multi-head self-attention\n(padding mask)", "attn",
+         "4, 5"),
+        (enc["n1"], 0.4, "Add & Norm", "norm", 6),
+        (enc["ffn"], 0.5, "Feed-forward", "ffn", 6),
+        (enc["n2"], 0.4, "Add & Norm", "norm", 6)])
     side = ex - bw / 2 - 0.25
     residual(ax, ex, 2.9, side, enc["n1"], ex - bw / 2)
     residual(ax, ex, 4.82, side, enc["n2"], ex - bw / 2)
 
     # Decoder column: residual paths on its right, the memory comes in from the left.
-    box(ax, dx, 0.55, bw, 0.62,
-        "target tokens, shifted right\n<bos> y1 y2 …  (B, Lt)",
-        FILL["token"], size=9.5)
-    box(ax, dx, 1.5, bw, 0.5, "Output embedding × √d_model", FILL["embed"], badge=1,
-        size=9.5)
-    box(ax, dx, 2.3, bw, 0.45, "+ positional encoding", FILL["pe"], badge=2, size=9.5)
-    arrow(ax, [(dx, 0.86), (dx, 1.25)])
-    arrow(ax, [(dx, 1.75), (dx, 2.075)])
-    box(ax, dx, 5.6, bw + 1.0, 5.7, "", "#f6f6f6", edge="#8a8a8a", dashed=True)
-    text(ax, dx - bw / 2 - 0.4, 8.3, "Decoder layer × N", size=9.5, style="italic",
-         color="#444444", ha="left")
-    chapter_badge(ax, dx + bw / 2 + 0.22, 8.3, 8)
+    _map_column(ax, dx, bw, "target tokens, shifted right\n<bos> y1 y2 …  (B, Lt)",
+                "Output embedding × √d_model", 8.45, "Decoder layer × N", 8)
     dec = {"self": 3.55, "n1": 4.45, "cross": 5.35, "n2": 6.25, "ffn": 7.05, "n3": 7.8}
-    box(ax, dx, dec["self"], bw, 0.62,
-        "Masked multi-head self-attn.\n(causal + padding mask)", FILL["attn"],
-        badge="3, 5", size=9.5)
-    box(ax, dx, dec["n1"], bw, 0.4, "Add & Norm", FILL["norm"], badge=6, size=9.5)
-    box(ax, dx, dec["cross"], bw, 0.62,
-        "Multi-head cross-attention\n(source padding mask)", FILL["attn"], badge="3, 5",
-        size=9.5)
-    box(ax, dx, dec["n2"], bw, 0.4, "Add & Norm", FILL["norm"], badge=6, size=9.5)
-    box(ax, dx, dec["ffn"], bw, 0.5, "Feed-forward", FILL["ffn"], badge=6, size=9.5)
-    box(ax, dx, dec["n3"], bw, 0.4, "Add & Norm", FILL["norm"], badge=6, size=9.5)
-    arrow(ax, [(dx, 2.525), (dx, 3.24)])
-    arrow(ax, [(dx, 3.86), (dx, 4.25)])
-    arrow(ax, [(dx, 4.65), (dx, 5.04)])
-    arrow(ax, [(dx, 5.66), (dx, 6.05)])
-    arrow(ax, [(dx, 6.45), (dx, 6.8)])
-    arrow(ax, [(dx, 7.3), (dx, 7.6)])
+    _stack(ax, dx, bw, [
+        (dec["self"], 0.62, "Masked multi-head self-attn.\n(causal + padding mask)",
+         "attn", "3, 5"),
+        (dec["n1"], 0.4, "Add & Norm", "norm", 6),
+        (dec["cross"], 0.62, "Multi-head cross-attention\n(source padding mask)",
+         "attn", "3, 5"),
+        (dec["n2"], 0.4, "Add & Norm", "norm", 6),
+        (dec["ffn"], 0.5, "Feed-forward", "ffn", 6),
+        (dec["n3"], 0.4, "Add & Norm", "norm", 6)])
     side = dx + bw / 2 + 0.25
     residual(ax, dx, 2.9, side, dec["n1"], dx + bw / 2)
     residual(ax, dx, 4.82, side, dec["n2"], dx + bw / 2)
@@ -455,19 +450,27 @@ def _frame(ax, x, w, bottom, top, label):
          color="#444444", ha="left")
 
 
+def _layer(name, size, cx, bw, blocks, x_label, out_label):
+    """A figure with one layer: title and formula, the "x N" frame, input and output,
+    and the column of sublayers with their residual paths. Returns (fig, ax)."""
+    width, height = size
+    fig, ax = canvas(width, height)
+    text(ax, width / 2, height - 0.28, f"One {name} layer (post-norm, as in the paper)",
+         size=13, style="bold")
+    text(ax, width / 2, height - 0.65,
+         "each sublayer:  x = LayerNorm(x + dropout(sublayer(x)))", size=9.5,
+         style="mono", color=GREY)
+    top = blocks[-1][0] + blocks[-1][1] / 2 + 0.45  # the frame's top
+    _frame(ax, cx - 0.1, bw + 1.5, 0.85, top, "× N  (the paper: N = 6)")
+    box(ax, cx, 0.45, 2.7, 0.5, x_label, FILL["token"], size=9.5, style="mono")
+    box(ax, cx, top + 0.55, 2.7, 0.5, out_label, FILL["token"], size=9.5, style="mono")
+    _encoder_or_decoder(ax, cx, bw, blocks, 0.7, top + 0.3)
+    return fig, ax
+
+
 def draw_encoder_layer():
     """One post-norm encoder layer with its two residual connections."""
-    fig, ax = canvas(7.8, 7.9)
-    text(ax, 3.9, 7.62, "One encoder layer (post-norm, as in the paper)", size=13,
-         style="bold")
-    text(ax, 3.9, 7.25, "each sublayer:  x = LayerNorm(x + dropout(sublayer(x)))",
-         size=9.5, style="mono", color=GREY)
     cx, bw = 3.1, 3.2
-    _frame(ax, cx - 0.1, bw + 1.5, 0.85, 6.15, "× N  (the paper: N = 6)")
-    box(ax, cx, 0.45, 2.6, 0.5, "x  (B, L, d_model)", FILL["token"], size=9.5,
-        style="mono")
-    box(ax, cx, 6.7, 2.6, 0.5, "out  (B, L, d_model)", FILL["token"], size=9.5,
-        style="mono")
     ffn = "Feed-forward\nLinear d_model → d_ff, ReLU,\nLinear d_ff → d_model"
     blocks = [  # (y, height, label, fill, font size), bottom to top
         (1.85, 0.72, "Multi-head self-attention\nq = k = v = x", FILL["attn"], 10),
@@ -475,7 +478,8 @@ def draw_encoder_layer():
         (4.25, 0.9, ffn, FILL["ffn"], 9.5),
         (5.45, 0.45, "Add & Norm", FILL["norm"], 10),
     ]
-    _encoder_or_decoder(ax, cx, bw, blocks, 0.7, 6.45)
+    fig, ax = _layer("encoder", (7.8, 7.9), cx, bw, blocks, "x  (B, L, d_model)",
+                     "out  (B, L, d_model)")
     box(ax, 6.6, 1.85, 1.5, 0.66, "padding mask\n(B, 1, 1, L)", FILL["mask"], size=9,
         style="mono")
     arrow(ax, [(5.85, 1.85), (cx + bw / 2, 1.85)])
@@ -508,17 +512,7 @@ def _encoder_or_decoder(ax, cx, bw, blocks, bottom, top):
 
 def draw_decoder_layer():
     """One post-norm decoder layer: masked self-attention, cross-attention, FFN."""
-    fig, ax = canvas(8.2, 9.95)
-    text(ax, 4.1, 9.67, "One decoder layer (post-norm, as in the paper)", size=13,
-         style="bold")
-    text(ax, 4.1, 9.3, "each sublayer:  x = LayerNorm(x + dropout(sublayer(x)))",
-         size=9.5, style="mono", color=GREY)
     cx, bw = 3.3, 3.3
-    _frame(ax, cx - 0.1, bw + 1.5, 0.85, 8.3, "× N  (the paper: N = 6)")
-    box(ax, cx, 0.45, 2.7, 0.5, "y  (B, Lt, d_model)", FILL["token"], size=9.5,
-        style="mono")
-    box(ax, cx, 8.85, 2.7, 0.5, "out  (B, Lt, d_model)", FILL["token"], size=9.5,
-        style="mono")
     ys = {"self": 1.85, "n1": 2.95, "cross": 4.3, "n2": 5.45, "ffn": 6.6, "n3": 7.65}
     self_attn = "Masked multi-head\nself-attention, q = k = v = y"
     cross = "Multi-head cross-attention\nq from the decoder,\nk = v = memory"
@@ -531,7 +525,8 @@ def draw_decoder_layer():
         (ys["ffn"], 0.72, ffn, FILL["ffn"], 10),
         (ys["n3"], 0.45, "Add & Norm", FILL["norm"], 10),
     ]
-    _encoder_or_decoder(ax, cx, bw, blocks, 0.7, 8.6)
+    fig, ax = _layer("decoder", (8.2, 10.1), cx, bw, blocks, "y  (B, Lt, d_model)",
+                     "out  (B, Lt, d_model)")
     mx = 6.95  # masks and memory, on the right
     box(ax, mx, ys["self"], 1.9, 0.9,
         "causal | padding\n(B, 1, Lt, Lt)\ndecoder_self_mask", FILL["mask"], size=9,
