@@ -55,6 +55,22 @@ def test_every_chapter_is_in_the_toc():
     assert not missing, f"chapters missing from _toc.yml: {missing}"
 
 
+@pytest.mark.parametrize("config", ["_config.yml", "_config_student.yml"])
+def test_the_build_ignores_a_virtualenv_in_the_checkout(tmp_path, config):
+    # The README's quick start makes .venv/ at the repository root, then builds the book there;
+    # Sphinx reads every source file it finds that exclude_patterns does not exclude.
+    from sphinx.util.matching import get_matching_files
+
+    for name in [".venv/lib/python3.11/site-packages/pkg/README.md", "venv/lib/x/README.md",
+                 "env/lib/python3.11/site-packages/pkg/LICENSE.md", "book/intro.md",
+                 "book/01_word_embedding.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("---\n: not yaml\n---\n")
+    patterns = yaml.safe_load((ROOT / config).read_text())["exclude_patterns"]
+    found = sorted(get_matching_files(tmp_path, exclude_patterns=patterns))
+    assert found == ["book/01_word_embedding.ipynb", "book/intro.md"], found
+
+
 @pytest.fixture(scope="session")
 def built_html(tmp_path_factory) -> Path:
     given = os.environ.get("BOOK_HTML")
