@@ -72,18 +72,47 @@ ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")
 
 
 def short_reason(problem: ET.Element) -> str:
-    """The informative lines of nbval's message: what differed, or the error raised."""
-    text = ANSI.sub("", problem.get("message") or problem.text or "")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """What went wrong, from nbval's message: the differing output or the error raised.
+
+    nbval's message is: a headline, "Input:" and the cell's source, then "Traceback:" and the
+    details. The source is skipped (its lines say nothing about the failure).
+    """
+    # junit's "message" attribute may be cut short; the element's text holds the whole report.
+    text = ANSI.sub("", max(problem.get("message") or "", problem.text or "", key=len))
+    head, _, rest = text.partition("Input:")
+    _, _, details = rest.partition("Traceback:")
+    lines = [line.strip() for line in (head + "\n" + details).splitlines() if line.strip()]
     useful = [line for line in lines if "Notebook cell execution failed" not in line
-              and not line.startswith(("Input:", "Traceback:"))]
-    keep = [line for line in useful if "differ" in line or "mismatch" in line
-            or "Error" in line or "assert" in line.lower()]
-    return " | ".join((keep or useful or ["failed"])[:3])[:200]
+              and not line.startswith(("Input:", "Traceback:", "---"))
+              and not re.match(r"^Cell \d+: Cell outputs differ$", line)]
+    # An exception: its last line ("ValueError: ...") says most; otherwise the first lines.
+    errors = [line for line in useful if re.match(r"^\w+(Error|Exception|Interrupt)\b", line)
+              or "Timeout" in line]
+    return " | ".join((errors[-1:] or useful[:3] or ["failed"]))[:240]
 
 
-def failures_in(report: Path, capability: str) -> list[Failure]:
+def cell_label(chapter: Path | None, name: str) -> str:
+    """nbval's item name ('Cell 11': the 11th code cell) with the notebook's cell index and the
+    cell's first line, which is how CONTRIBUTING.md and the chapter scripts count cells."""
+    match = re.fullmatch(r"Cell (\d+)", name)
+    if chapter is None or not match or not chapter.is_file():
+        return name
+    import nbformat
+
+    cells = nbformat.read(chapter, as_version=4).cells
+    code = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
+    number = int(match[1])
+    if number >= len(code):
+        return name
+    index = code[number]
+    first = next((line for line in cells[index].source.splitlines()
+                  if line.strip() and not line.startswith("# NBVAL")), "")
+    return f"{name} (cell index {index}: {first[:50]!r})"
+
+
+def failures_in(report: Path, capability: str, notebooks: list[Path] = ()) -> list[Failure]:
     """The failed or errored test cases of a pytest junit XML report."""
+    by_name = {path.name: path for path in notebooks}
     failures = []
     for case in ET.parse(report).getroot().iter("testcase"):
         problem = case.find("failure")
@@ -91,8 +120,9 @@ def failures_in(report: Path, capability: str) -> list[Failure]:
             problem = case.find("error")
         if problem is None:
             continue
-        failures.append(Failure(capability, chapter_name(case.get("classname", "?")),
-                                case.get("name", "?"), short_reason(problem)))
+        chapter = chapter_name(case.get("classname", "?"))
+        cell = cell_label(by_name.get(chapter), case.get("name", "?"))
+        failures.append(Failure(capability, chapter, cell, short_reason(problem)))
     return failures
 
 
@@ -107,7 +137,7 @@ def run_capability(capability: str, notebooks: list[Path], workdir: Path) -> tup
     if not report.exists():  # pytest itself failed (bad path, crashed plugin): show why
         tail = (result.stdout + result.stderr).strip().splitlines()[-5:]
         return [Failure(capability, "-", "-", " | ".join(tail) or f"pytest exit {result.returncode}")], seconds
-    failures = failures_in(report, capability)
+    failures = failures_in(report, capability, notebooks)
     if result.returncode != 0 and not failures:
         failures = [Failure(capability, "-", "-", f"pytest exited {result.returncode}")]
     return failures, seconds

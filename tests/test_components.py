@@ -40,8 +40,10 @@ def test_causal_mask_with_offset_is_the_last_rows_of_the_full_mask():
         mask = tl.causal_mask(length, offset=offset)
         assert mask.shape == (1, 1, length, offset + length)
         assert torch.equal(mask, tl.causal_mask(offset + length)[:, :, offset:])
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="offset must be an int >= 0"):
+    with pytest.raises(ValueError, match="offset must be >= 0, got -1"):
+        tl.causal_mask(3, offset=-1)
+    for bad in (1.5, True):  # the wrong kind of value: TypeError (see _checks)
+        with pytest.raises(TypeError, match="offset must be an int, got"):
             tl.causal_mask(3, offset=bad)
 
 

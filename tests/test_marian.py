@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -28,10 +29,23 @@ try:
 except ImportError:  # the tests below then skip (or fail under TT_REQUIRE_ALL=1)
     transformers = None
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# A model tying two of its three embeddings loads with a warning, tested on its own.
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:hf_model ties its:UserWarning")]
 
 TOLERANCE = 2e-4  # largest absolute logit difference allowed, float32
 EOS = 0
+
+
+def _major():
+    """transformers' major version: 4 and 5 read some MarianConfig settings
+    differently."""
+    return int(transformers.__version__.split(".")[0])
+
+
+def _embeddings(hf_model):
+    return (hf_model.model.encoder.embed_tokens.weight,
+            hf_model.model.decoder.embed_tokens.weight, hf_model.lm_head.weight)
 
 
 @pytest.fixture(autouse=True)
@@ -154,11 +168,18 @@ def test_marian_round_trip_copies_every_weight_back(name):
     hf_model, (src, tgt_in) = _marian_and_batch(name)
     back = to_marian(from_marian(hf_model), eos_id=hf_model.config.eos_token_id)
     theirs, again = hf_model.state_dict(), back.state_dict()
-    # share_encoder_decoder_embeddings=True, tie_word_embeddings=False keeps an unused
-    # `model.shared` in transformers 5; the untied copy has share_...=False and none
+    # share_encoder_decoder_embeddings=True, tie_word_embeddings=False has a
+    # `model.shared` (used in transformers 4, not in 5); the untied copy has none
     assert set(theirs) - set(again) <= {"model.shared.weight"}
     assert set(again) <= set(theirs)
+    targets = theirs["lm_head.weight"].size(0)
     for key, value in again.items():
+        assert value.shape == theirs[key].shape, key
+        if key == "model.decoder.embed_tokens.weight":
+            # transformers 4 gives it vocab_size rows; no target id reaches those past
+            # the output layer's, which the copy fills with zeros
+            assert not value[targets:].any()
+            value, theirs[key] = value[:targets], theirs[key][:targets]
         assert torch.equal(value, theirs[key]), key
     assert _max_diff(back, from_marian(hf_model), src, tgt_in) <= TOLERANCE
 
@@ -171,6 +192,33 @@ def test_marian_tying_becomes_ours():
     sizes = untied.config["src_vocab_size"], untied.config["tgt_vocab_size"]
     assert sizes == (40, 27)
     assert untied.generator.weight is not untied.tgt_embed.weight
+
+
+@pytest.mark.parametrize("share, tie", [(True, False), (False, True)])
+def test_marian_tying_two_of_three_loads_untied_with_equal_logits(share, tie):
+    """transformers 4 shares the encoder and decoder embeddings with share=True,
+    tie=False (5 unties all three); both tie the decoder embedding and lm_head with
+    share=False, tie=True. Two tied of three load as three matrices with a warning."""
+    hf_model = _marian(**MARIAN_CONFIGS["swish-tied-scaled"],
+                       share_encoder_decoder_embeddings=share, tie_word_embeddings=tie)
+    enc, dec, out = _embeddings(hf_model)
+    assert (enc is dec, dec is out, enc is out) == (
+        (_major() < 5, False, False) if share else (False, True, False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ours = from_marian(hf_model)
+    warned = [str(w.message) for w in caught if "but not all three" in str(w.message)]
+    tied = ("encoder embedding and decoder embedding" if enc is dec else
+            "decoder embedding and output layer" if dec is out else None)
+    assert [f"ties its {tied} but" in message for message in warned] == (
+        [True] if tied else [])
+    weights = ours.src_embed.weight, ours.tgt_embed.weight, ours.generator.weight
+    assert ours.config["share_embeddings"] is False
+    assert len({id(w) for w in weights}) == 3
+    for mine, theirs in zip(weights, (enc, dec, out)):
+        assert torch.equal(mine, theirs)
+    src, tgt_in = _batch(40, 40, pad=39, start=39)
+    assert _max_diff(hf_model, ours, src, tgt_in) <= TOLERANCE
 
 
 def test_marian_positional_table_is_ours_with_sines_first():
@@ -202,6 +250,7 @@ OUR_CONFIGS = {
     "silu-odd-d_model": dict(d_model=15, num_heads=3, activation="silu"),
     "sines-first": dict(interleaved_pe=False, activation="gelu_tanh",
                         num_decoder_layers=3),
+    "relu-larger-target-vocabulary": dict(src_vocab_size=17, activation="relu"),
 }
 
 
@@ -224,6 +273,40 @@ def test_to_marian_gives_equal_logits(name):
     assert _max_diff(hf_model, ours, src, tgt_in) <= TOLERANCE
     # and back: the same function again (the weights are reordered if ours interleaved)
     assert _max_diff(hf_model, from_marian(hf_model), src, tgt_in) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", sorted(OUR_CONFIGS))
+def test_to_marian_builds_the_embeddings_each_transformers_version_reads(name):
+    """Read from the built tensors: transformers 5 gives the decoder embedding
+    decoder_vocab_size rows, transformers 4 vocab_size rows, so to_marian makes
+    vocab_size the larger vocabulary and fills the rows of ids ours lacks with zeros."""
+    ours = _ours(name)
+    cfg = ours.config
+    src, tgt, d_model = cfg["src_vocab_size"], cfg["tgt_vocab_size"], cfg["d_model"]
+    hf_model = to_marian(ours)
+    enc, dec, out = _embeddings(hf_model)
+    rows = max(src, tgt)
+    assert hf_model.config.vocab_size == rows
+    assert (enc.size(0), dec.size(0), out.size(0)) == (
+        rows, rows if _major() < 5 else tgt, tgt)
+    perm = torch.arange(d_model)
+    if cfg["interleaved_pe"]:
+        perm = torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+    assert torch.equal(enc[:src], ours.src_embed.weight[:, perm])
+    assert torch.equal(dec[:tgt], ours.tgt_embed.weight[:, perm])
+    assert torch.equal(out, ours.generator.weight[:, perm])
+    assert not enc[src:].any() and not dec[tgt:].any()
+    tied = {enc is dec, dec is out, enc is out}
+    assert tied == {cfg["share_embeddings"]}
+
+
+def test_to_marian_leaves_the_random_state_alone():
+    """Seeded code after to_marian draws the same numbers on any transformers version
+    (4 and 5 initialise MarianMTModel with different numbers of draws)."""
+    ours = _ours("sines-first")
+    before = torch.random.get_rng_state()
+    to_marian(ours)
+    assert torch.equal(torch.random.get_rng_state(), before)
 
 
 def test_to_marian_reorders_the_coordinates_of_an_interleaved_model():
@@ -262,14 +345,21 @@ def test_to_marian_of_a_number_translator_checkpoint_model():
     assert _max_diff(hf_model, model, src, tgt_in) <= TOLERANCE
 
 
-def test_save_pretrained_directory_round_trips(tmp_path):
-    ours = _ours("gelu-unscaled-bias-two-vocabularies")
+@pytest.mark.parametrize("name", ["gelu-unscaled-bias-two-vocabularies",
+                                  "relu-larger-target-vocabulary"])
+def test_save_pretrained_directory_round_trips(tmp_path, name):
+    """Two vocabularies, smaller and larger target: on transformers 4 the decoder
+    embedding (and, for a larger target, the encoder's) has the rows that version's
+    from_pretrained expects."""
+    ours = _ours(name)
     to_marian(ours, bos_id=1, eos_id=2).save_pretrained(tmp_path)
     loaded = MarianMTModel.from_pretrained(tmp_path)  # a local directory: no download
     assert loaded.generation_config.bad_words_ids == [[0]]
     assert loaded.generation_config.decoder_start_token_id == 1
+    assert loaded.generation_config.eos_token_id == 2
     again = from_marian(loaded)
-    src, tgt_in = _batch(31, 23, pad=0, start=1)
+    src, tgt_in = _batch(ours.config["src_vocab_size"], ours.config["tgt_vocab_size"],
+                         pad=0, start=1)
     with torch.no_grad():
         difference = (again(src, tgt_in) - ours(src, tgt_in)).abs().max().item()
     assert difference <= TOLERANCE
@@ -458,12 +548,19 @@ def test_beam_search_agrees_with_generate_or_loses_to_it(trained):
     (dict(activation_function="tanh"), r"activation_function must be one of .*'tanh'"),
     (dict(normalize_before=True), r"normalize_before=True"),
     (dict(layernorm_embedding=True), r"layernorm_embedding=True"),
-    (dict(share_encoder_decoder_embeddings=False, tie_word_embeddings=True),
-     r"ties two \(share_encoder_decoder_embeddings=False, tie_word_embeddings=True\)"),
 ])
 def test_from_marian_refuses_what_it_cannot_represent(overrides, message):
     with pytest.raises(ValueError, match=message):
         from_marian(MarianMTModel(_config(**overrides)))
+
+
+def test_from_marian_refuses_output_ids_without_an_embedding_row():
+    hf_model = MarianMTModel(_config(tie_word_embeddings=False))
+    hf_model.lm_head = torch.nn.Linear(16, 41, bias=False)  # id 40 has no row
+    message = ("output layer has 41 rows, but its decoder embedding has 40 and its "
+               "final_logits_bias 40")
+    with pytest.raises(ValueError, match=message):
+        from_marian(hf_model)
 
 
 def test_conversions_refuse_other_objects():

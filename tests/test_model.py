@@ -127,7 +127,7 @@ def test_options_for_models_trained_elsewhere(small_model, tokens):
     assert other.config["activation"] == "silu" and other.config["output_bias"] is True
     src, tgt = tokens(2, 5, 13, lengths=[5, 3]), tokens(2, 4, 13)
     assert other(src, tgt).shape == (2, 4, 13)
-    with pytest.raises(TypeError, match="output_bias must be a bool, got int"):
+    with pytest.raises(TypeError, match="output_bias must be True or False, got int"):
         small_model(output_bias=1)
 
 

@@ -35,7 +35,19 @@ def test_a_stale_cell_is_reported_with_chapter_cell_and_capability(tmp_path):
     fail_lines = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fail_lines) == 1, result.stdout
     assert "[default]" in fail_lines[0] and "stale.ipynb" in fail_lines[0]
-    assert "Cell 0" in fail_lines[0]
+    assert "Cell 0 (cell index 0: 'print(2 + 2)')" in fail_lines[0]
+
+
+def test_an_error_is_reported_by_its_exception_not_by_the_cell_source(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter"),
+                nbformat.v4.new_code_cell("# asserted below\nraise ValueError('d_model=10')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "broken.ipynb")
+    result = run("--capability", "default", tmp_path / "broken.ipynb")
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert "cell index 1" in line and "ValueError: d_model=10" in line, line
+    assert "asserted below" not in line.split(":", 2)[-1], line
 
 
 def test_passing_chapters_exit_zero(tmp_path):

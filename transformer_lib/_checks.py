@@ -1,16 +1,125 @@
 """Argument checks shared by the library's public functions and modules.
 
-Every public entry point validates its input here, so that a mistake is reported at the library's
-boundary with a message naming what was expected and what was given, instead of surfacing later as
-a cryptic shape error deep inside torch.
+Every public entry point validates its input here, so that a mistake is reported at
+the library's boundary with a message naming the argument, what was expected and what
+was given, instead of surfacing later as a cryptic error deep inside torch. The wrong
+kind of value (a float for an int, float token ids, float64 input for float32 weights)
+raises ``TypeError``; the right kind with a wrong value (a negative size, a shape that
+does not fit), ``ValueError``.
 """
 from __future__ import annotations
 
+import math
+from numbers import Integral, Real
+
 import torch
+
+# --------------------------------------------------------------------------------------
+# Plain Python values
+# --------------------------------------------------------------------------------------
+
+
+def check_int(name: str, value, minimum: int | None = None,
+              maximum: int | None = None) -> None:
+    """Raise unless ``value`` is an int (not bool) in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raise unless ``value`` is an int >= 1 (bool is rejected)."""
+    check_int(name, value, minimum=1)
+
+
+def check_optional_positive_int(name: str, value) -> None:
+    """``None``, or an int >= 1."""
+    if value is not None:
+        check_positive_int(name, value)
+
+
+def check_token_id(name: str, value, vocab_size: int) -> None:
+    """Raise unless ``value`` (pad_id, bos_id, ...) is an int in [0, vocab_size)."""
+    check_int(name, value)
+    if not 0 <= value < vocab_size:
+        raise ValueError(f"{name} must be in [0, vocab_size={vocab_size}), got {value}")
+
+
+def check_number(name: str, value, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """Raise unless ``value`` is a finite real number (not bool) between ``low`` and
+    ``high``; ``low_open``/``high_open`` exclude the end points."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(
+            f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        low_text = "-inf" if low is None else f"{low:g}"
+        high_text = "inf" if high is None else f"{high:g}"
+        raise ValueError(
+            f"{name} must be in {left}{low_text}, {high_text}{right}, got {value}")
+
+
+def check_probability(name: str, value) -> None:
+    """Raise unless ``0 <= value < 1`` (a dropout rate, a label-smoothing weight)."""
+    check_number(name, value, 0.0, 1.0, high_open=True)
+
+
+def check_bool(name: str, value) -> None:
+    """Raise unless ``value`` is True or False (not 0/1, not a string)."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    """Raise unless ``value`` is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+def check_instance(name: str, value, types, expected: str) -> None:
+    """Raise ``TypeError`` unless ``isinstance(value, types)``."""
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}")
+
+
+def check_device(name: str, device) -> torch.device | None:
+    """None, a ``torch.device`` or a string such as "cpu" or "cuda:0": the device."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"{name} must be a torch.device, a string or None, "
+                        f"got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{name} must name a device such as 'cpu' or 'cuda', "
+                         f"got {device!r}") from None
+
+
+def _and(items) -> str:
+    """"a", "a and b", "a, b and c"."""
+    items = [str(item) for item in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# --------------------------------------------------------------------------------------
+# Tensors
+# --------------------------------------------------------------------------------------
 
 
 def check_tensor(name: str, x, ndim: int | tuple[int, ...] | None = None) -> None:
-    """Raise ``TypeError`` unless ``x`` is a tensor, ``ValueError`` unless its rank is ``ndim``.
+    """Raise ``TypeError`` unless ``x`` is a tensor, ``ValueError`` unless its rank is
+    ``ndim``.
 
     ``ndim`` may be an int (exact rank), a tuple of accepted ranks, or None (any rank).
     """
@@ -21,9 +130,8 @@ def check_tensor(name: str, x, ndim: int | tuple[int, ...] | None = None) -> Non
     accepted = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if x.dim() not in accepted:
         want = " or ".join(str(n) for n in accepted)
-        raise ValueError(
-            f"{name} must have {want} dimensions, got {x.dim()} (shape {tuple(x.shape)})"
-        )
+        raise ValueError(f"{name} must have {want} dimensions, got {x.dim()} "
+                         f"(shape {tuple(x.shape)})")
 
 
 def check_min_rank(name: str, x, min_ndim: int) -> None:
@@ -36,14 +144,77 @@ def check_min_rank(name: str, x, min_ndim: int) -> None:
         )
 
 
-def check_token_ids(name: str, tokens, vocab_size: int | None = None) -> None:
-    """Raise unless ``tokens`` is an integer tensor of ids in ``[0, vocab_size)``."""
-    check_tensor(name, tokens)
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token ids (torch.int64), got {tokens.dtype}")
+def check_floating(name: str, x, ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise unless ``x`` is a floating-point tensor (of rank ``ndim``, if given)."""
+    check_tensor(name, x, ndim)
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+
+
+def check_width(name: str, x: torch.Tensor, expected: int,
+                what: str = "d_model") -> None:
+    """Raise unless the last dimension of ``x`` is ``expected`` (``what``: its name)."""
+    if x.size(-1) != expected:
+        raise ValueError(f"{name} must have last dimension {what}={expected}, "
+                         f"got {x.size(-1)} (shape {tuple(x.shape)})")
+
+
+def check_activations(name: str, x, d_model: int) -> None:
+    """Raise unless ``x`` is a (B, L, d_model) floating-point tensor."""
+    check_floating(name, x, ndim=3)
+    check_width(name, x, d_model)
+
+
+def check_same_size(dim: int, what: str, **tensors: torch.Tensor) -> None:
+    """Raise unless the named tensors agree in dimension ``dim`` (``what`` it means)."""
+    sizes = {name: t.size(dim) for name, t in tensors.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"{_and(sizes)} must have the same {what}, got {_and(sizes.values())}")
+
+
+def check_same_dtype_device(**tensors: torch.Tensor) -> None:
+    """Raise unless the named tensors share one dtype (``TypeError``) and one device."""
+    for attribute, error in (("dtype", TypeError), ("device", ValueError)):
+        found = {name: getattr(t, attribute) for name, t in tensors.items()}
+        if len(set(found.values())) > 1:
+            raise error(f"{_and(found)} must have the same {attribute}, "
+                        f"got {_and(found.values())}")
+
+
+def check_on_device(name: str, x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise unless tensor ``x`` is on the device of a module's ``weight``."""
+    if x.device != weight.device:
+        raise ValueError(f"{name} is on {x.device}, but the module's weights are on "
+                         f"{weight.device}; move one with .to(device)")
+
+
+def check_matches_weight(name: str, x: torch.Tensor, weight: torch.Tensor,
+                         need_same_dtype: bool = True) -> None:
+    """Raise unless ``x`` is a floating tensor on the device of a module's ``weight``
+    and, if ``need_same_dtype``, of its dtype. Under ``torch.autocast`` the dtypes may
+    differ on purpose."""
+    check_floating(name, x)
+    check_on_device(name, x, weight)
+    autocast = torch.is_autocast_enabled(x.device.type)
+    if need_same_dtype and x.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} has dtype {x.dtype}, but the module's weights are "
+                        f"{weight.dtype}; convert the input, or the module with "
+                        f".to({x.dtype})")
+
+
+def check_token_ids(name: str, tokens, vocab_size: int | None = None,
+                    ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise unless ``tokens`` is an integer tensor (of rank ``ndim``) of ids in
+    ``[0, vocab_size)``."""
+    check_tensor(name, tokens, ndim)
+    dtype = tokens.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.int64), got {dtype}")
     if tokens.numel() == 0:
         return
-    low, high = int(tokens.min()), int(tokens.max())
+    low, high = (int(t) for t in torch.aminmax(tokens))  # one pass over the tokens
     if low < 0:
         raise ValueError(f"{name} must be >= 0, got a token id of {low}")
     if vocab_size is not None and high >= vocab_size:
@@ -52,49 +223,43 @@ def check_token_ids(name: str, tokens, vocab_size: int | None = None) -> None:
         )
 
 
-def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "mask") -> None:
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to, or None if they do not: what
+    ``torch.broadcast_shapes`` computes, at a fraction of its cost (it runs in every
+    attention call)."""
+    rank = max(map(len, shapes))
+    result = []
+    for sizes in zip(*((1,) * (rank - len(s)) + tuple(s) for s in shapes)):
+        wider = {n for n in sizes if n != 1}
+        if len(wider) > 1:
+            return None
+        result.append(wider.pop() if wider else 1)
+    return tuple(result)
+
+
+def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "mask",
+               device: torch.device | None = None) -> None:
     """Check a boolean mask (True = blocked) that must broadcast to ``target_shape``.
 
     Broadcasting may add or stretch size-1 dimensions of the mask, but must not change
-    ``target_shape`` itself: a mask of shape (B, 1, 1, Lk) is fine for scores (B, H, Lq, Lk),
-    a mask of shape (B, Lk) is not (it would line up B with Lq).
+    ``target_shape`` itself: a mask of shape (B, 1, 1, Lk) is fine for scores
+    (B, H, Lq, Lk), a mask of shape (B, Lk) is not (it would line up B with Lq).
+    ``device``: where the scores are.
     """
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, got {type(mask).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.bool, "
+                        f"got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be bool (True = blocked), got {mask.dtype}; "
             f"convert with `{name} == 0` or `{name}.bool()` after checking its polarity"
         )
     target_shape = tuple(target_shape)
-    try:
-        shape = tuple(torch.broadcast_shapes(tuple(mask.shape), target_shape))
-    except RuntimeError:
-        shape = None
-    if shape != target_shape:
+    if broadcast_shape(tuple(mask.shape), target_shape) != target_shape:
         raise ValueError(
-            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' "
-            f"shape {target_shape}"
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention "
+            f"scores' shape {target_shape}"
         )
-
-
-def check_positive_int(name: str, value) -> None:
-    """Raise unless ``value`` is an int >= 1 (bool is rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def check_probability(name: str, value) -> None:
-    """Raise unless ``0 <= value < 1``."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value}")
-
-
-def check_bool(name: str, value) -> None:
-    """Raise ``TypeError`` unless ``value`` is a bool (0 and 1 are rejected)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if device is not None and mask.device != device:
+        raise ValueError(
+            f"{name} is on {mask.device}, but the attention scores are on {device}")

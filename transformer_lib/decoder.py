@@ -4,7 +4,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_positive_int
+from ._checks import (
+    check_activations,
+    check_bool,
+    check_instance,
+    check_positive_int,
+    check_same_dtype_device,
+    check_same_size,
+)
 from .feedforward import PositionwiseFeedForward
 from .multihead import MultiHeadAttention
 from .norm import LayerNorm
@@ -24,6 +31,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
         super().__init__()
+        check_bool("norm_first", norm_first)
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
@@ -36,6 +44,12 @@ class DecoderLayer(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
 
     def forward(self, x, memory, self_mask=None, memory_mask=None, need_weights=False, cache=None):
+        _check_inputs(x, memory, self.self_attn.d_model)
+        layer_cache = isinstance(cache, dict) and {"self", "cross"} <= set(cache)
+        if cache is not None and not layer_cache:
+            raise TypeError("cache must be one layer's entry of Decoder.new_cache(), "
+                            "a dict with 'self' and 'cross', "
+                            f"got {type(cache).__name__}")
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
 
@@ -82,8 +96,20 @@ class Decoder(nn.Module):
         """An empty key/value cache for incremental decoding, one entry per layer."""
         return [{"self": {}, "cross": {"static": True}} for _ in self.layers]
 
+    def check_cache(self, cache) -> None:
+        """Raise unless ``cache`` is None or a list with one entry per layer."""
+        if cache is None:
+            return
+        check_instance("cache", cache, list, "a list from Decoder.new_cache()")
+        layers = len(self.layers)
+        if len(cache) != layers:
+            raise ValueError(f"cache must have one entry per layer ({layers}), "
+                             f"got {len(cache)}; make it with Decoder.new_cache()")
+
     def forward(self, x: torch.Tensor, memory, self_mask=None, memory_mask=None,
                 need_weights=False, cache=None):
+        _check_inputs(x, memory, self.layers[0].self_attn.d_model)
+        self.check_cache(cache)
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             layer_cache = cache[i] if cache is not None else None
@@ -95,3 +121,11 @@ class Decoder(nn.Module):
                 x = layer(x, memory, self_mask, memory_mask, cache=layer_cache)
         x = self.norm(x)
         return (x, self_maps, cross_maps) if need_weights else x
+
+
+def _check_inputs(x, memory, d_model: int) -> None:
+    """x (B, Lt, d_model), memory (B, Ls, d_model): floating, one batch, one dtype."""
+    check_activations("x", x, d_model)
+    check_activations("memory", memory, d_model)
+    check_same_size(0, "batch size", x=x, memory=memory)
+    check_same_dtype_device(x=x, memory=memory)

@@ -16,7 +16,15 @@ import contextlib
 import torch
 from torch.nn import functional as F
 
-from ._checks import check_positive_int, check_tensor
+from ._checks import (
+    check_bool,
+    check_instance,
+    check_number,
+    check_positive_int,
+    check_token_id,
+    check_token_ids,
+)
+from .model import Transformer
 
 
 @contextlib.contextmanager
@@ -39,15 +47,22 @@ def _next_logits(model, ys, memory, src, cache):
     return model.decode(ys, memory, src)[:, -1]  # (B, t, V) -> (B, V)
 
 
-def _check_decode_args(src, max_len):
-    check_tensor("src", src, ndim=2)
+def _check_decode_args(model, src, max_len, bos_id, eos_id, use_cache):
+    check_instance("model", model, Transformer, "a tl.Transformer")
+    check_token_ids("src", src, model.src_embed.vocab_size, ndim=2)
+    if src.size(0) == 0 or src.size(1) == 0:
+        raise ValueError(f"src must hold at least one sequence of at least one token, "
+                         f"got shape {tuple(src.shape)}")
     check_positive_int("max_len", max_len)
+    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+        check_token_id(name, token, model.tgt_embed.vocab_size)
+    check_bool("use_cache", use_cache)
 
 
 @torch.no_grad()
 def greedy_decode(model, src, max_len, bos_id, eos_id, use_cache=True):
     """Pick the most probable next token at each step, for at most ``max_len`` new tokens."""
-    _check_decode_args(src, max_len)
+    _check_decode_args(model, src, max_len, bos_id, eos_id, use_cache)
     with _eval_mode(model):
         batch = src.size(0)
         memory = model.encode(src)  # (B, Ls, d)
@@ -90,11 +105,12 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
     Hugging Face's. A finished beam keeps its score and is extended only by padding.
     ``beam_size=1`` gives exactly greedy decoding.
     """
-    _check_decode_args(src, max_len)
+    _check_decode_args(model, src, max_len, bos_id, eos_id, use_cache)
     check_positive_int("beam_size", beam_size)
     if not callable(length_penalty_fn):
         raise TypeError("length_penalty_fn must be callable, got "
                         f"{type(length_penalty_fn).__name__}")
+    check_number("length_penalty", length_penalty, 0.0)
     with _eval_mode(model):
         batch, k = src.size(0), beam_size
         device = src.device

@@ -6,7 +6,14 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_bool, check_positive_int, check_token_ids
+from ._checks import (
+    check_bool,
+    check_on_device,
+    check_positive_int,
+    check_tensor,
+    check_token_id,
+    check_token_ids,
+)
 
 
 class TokenEmbedding(nn.Module):
@@ -30,8 +37,8 @@ class TokenEmbedding(nn.Module):
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("d_model", d_model)
         check_bool("scale", scale)
-        if pad_id is not None and not 0 <= pad_id < vocab_size:
-            raise ValueError(f"pad_id must be in [0, vocab_size={vocab_size}), got {pad_id}")
+        if pad_id is not None:
+            check_token_id("pad_id", pad_id, vocab_size)
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.pad_id = pad_id
@@ -48,6 +55,8 @@ class TokenEmbedding(nn.Module):
         return self.embedding.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        check_tensor("tokens", tokens)
+        check_on_device("tokens", tokens, self.weight)
         check_token_ids("tokens", tokens, self.vocab_size)
         vectors = self.embedding(tokens)  # (B, L, d_model)
         return vectors * math.sqrt(self.d_model) if self.scale else vectors

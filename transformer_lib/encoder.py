@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_positive_int
+from ._checks import check_activations, check_bool, check_positive_int
 from .feedforward import PositionwiseFeedForward
 from .multihead import MultiHeadAttention
 from .norm import LayerNorm
@@ -22,6 +22,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
         super().__init__()
+        check_bool("norm_first", norm_first)
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
@@ -31,6 +32,7 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x, mask=None, need_weights=False):
+        check_activations("x", x, self.self_attn.d_model)
         if self.norm_first:
             attended, weights = self._self_attention(self.norm1(x), mask, need_weights)
             x = x + attended
@@ -65,6 +67,7 @@ class Encoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask=None, need_weights=False):
+        check_activations("x", x, self.layers[0].self_attn.d_model)
         maps = []
         for layer in self.layers:
             if need_weights:

@@ -7,7 +7,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_positive_int, check_probability, check_tensor
+from ._checks import (
+    check_choice,
+    check_matches_weight,
+    check_positive_int,
+    check_probability,
+    check_width,
+)
 
 # The paper uses ReLU. GELU (exact, or its tanh approximation) and SiLU (= swish,
 # x * sigmoid(x)) are the usual alternatives, used by BERT, GPT-2 and Marian models.
@@ -31,8 +37,7 @@ class PositionwiseFeedForward(nn.Module):
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
         check_probability("dropout", dropout)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        check_choice("activation", activation, _ACTIVATIONS)
         self.d_model = d_model
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff)
@@ -40,8 +45,7 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x)
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(-1)}")
+        check_matches_weight("x", x, self.linear1.weight)
+        check_width("x", x, self.d_model)
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (B, L, d_ff)
         return self.linear2(self.dropout(hidden))  # (B, L, d_model)

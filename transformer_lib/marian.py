@@ -21,20 +21,45 @@ Where the two differ, and what we do:
   trainable ``generator.bias`` (``output_bias=True``) unless it is all zeros.
 - **Tied embeddings.** We tie the encoder, decoder and output embeddings
   (``share_embeddings=True``) or none of them. The tying is read from the tensors, not
-  the config (transformers 5 unties all three when ``tie_word_embeddings=False``).
+  the config, because transformers 4 and 5 read the config differently (below). A model
+  that ties two of the three (e.g. ``share_encoder_decoder_embeddings=True`` with
+  ``tie_word_embeddings=False`` in transformers 4) loads as three separate matrices
+  holding the same values, with a warning: the logits are equal, but training the copy
+  no longer keeps the two tied.
 - **Decoding starts from the pad token** (``decoder_start_token_id == pad_token_id``):
   pass it as ``bos_id``; ``Transformer.decode`` never treats position 0 as padding.
 - **Dropout.** Marian has ``dropout``, ``attention_dropout``, ``activation_dropout`` and
   LayerDrop; we have one ``dropout`` for all. They act only in training mode.
 
+transformers 4 (>= 4.40) and 5 build different models from the same ``MarianConfig``:
+
+- ``share_encoder_decoder_embeddings=True, tie_word_embeddings=False``: transformers 4
+  shares the encoder and decoder embeddings (``model.shared``) and unties only the
+  output layer; transformers 5 unties all three (and keeps an unused ``model.shared``).
+- ``share_encoder_decoder_embeddings=False``: transformers 5 gives the decoder embedding
+  ``decoder_vocab_size`` rows, transformers 4 ``vocab_size`` rows (it copies the
+  encoder's). ``from_marian`` keeps the decoder rows of the ids the output layer can
+  emit. ``to_marian`` of an untied model sets ``vocab_size=max(src_vocab_size,
+  tgt_vocab_size)`` on either version and fills the rows that no id of ours reaches
+  with zeros: its logits are ours, it writes the same vocabulary sizes on both
+  versions, and where ``tgt_vocab_size >= src_vocab_size`` the directory it saves
+  loads into either (the converted model then reports the larger source vocabulary).
+  With a smaller target vocabulary it loads only into the major version that wrote it
+  (transformers refuses the other's shapes).
+- Either version ties ``lm_head`` to the decoder embedding when
+  ``tie_word_embeddings=True``, and nothing when both flags are False; ``to_marian``
+  only writes these two agreed cases, so both versions build what it means.
+
 Refused with a ``ValueError`` naming the setting: encoder and decoder with different
-``*_attention_heads`` or ``*_ffn_dim``; an activation not listed above; a model that
-ties two of its three embedding matrices; a config asking for a variant that
+``*_attention_heads`` or ``*_ffn_dim``; an activation not listed above; a decoder
+embedding with fewer rows than the output layer; a config asking for a variant that
 ``MarianMTModel`` does not implement (``normalize_before``, ``layernorm_embedding``,
 ``add_final_layer_norm``: pre-norm Marian models cannot be loaded into it either); and,
 in ``to_marian``, a pre-norm model (``norm_first=True``).
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -101,10 +126,19 @@ def _tensor(module, name):
     return None
 
 
+# Embeddings whose number of rows (token ids) may differ between the two sides: see
+# the module's notes on transformers 4 and 5.
+_VOCABULARY_ROWS = {"model.encoder.embed_tokens.weight",
+                    "model.decoder.embed_tokens.weight"}
+
+
 @torch.no_grad()
 def _copy(source, target, pairs, perm=None):
     """Copy ``pairs`` (source name, target name, axis) from ``source`` into ``target``;
     ``perm`` reorders the d_model axis: target coordinate j = source coordinate perm[j].
+
+    An embedding in ``_VOCABULARY_ROWS`` copies the rows both sides have; the target's
+    extra rows (ids the source has no row for) become zeros.
     """
     for src_name, dst_name, axis in pairs:
         src, dst = _tensor(source, src_name), _tensor(target, dst_name)
@@ -115,6 +149,10 @@ def _copy(source, target, pairs, perm=None):
             if dst is not None:  # no bias in ours: Marian's is zeros
                 dst.zero_()
             continue
+        if _VOCABULARY_ROWS & {src_name, dst_name}:
+            rows = min(src.size(0), dst.size(0))
+            dst[rows:].zero_()
+            src, dst = src[:rows], dst[:rows]
         src = src.reshape(dst.shape)  # final_logits_bias is (1, V), generator.bias (V,)
         if perm is not None and axis is not None:
             src = src.index_select(axis, perm.to(src.device))
@@ -128,6 +166,12 @@ def _marian_classes():
         raise ImportError("from_marian and to_marian need Hugging Face transformers: "
                           "pip install 'transformer_lib[hf]'") from error
     return MarianConfig, MarianMTModel
+
+
+def _embeddings(hf_model):
+    """The encoder embedding, decoder embedding and output weights: (rows, d_model)."""
+    return (hf_model.model.encoder.embed_tokens.weight,
+            hf_model.model.decoder.embed_tokens.weight, hf_model.lm_head.weight)
 
 
 def _check_representable(config) -> None:
@@ -151,20 +195,24 @@ def _check_representable(config) -> None:
 
 
 def _shares_embeddings(hf_model) -> bool:
-    """True if encoder, decoder and output embeddings are one tensor, False if three."""
-    enc = hf_model.model.encoder.embed_tokens.weight
-    dec = hf_model.model.decoder.embed_tokens.weight
-    out = hf_model.lm_head.weight
-    if enc is dec and dec is out:
+    """True if encoder, decoder and output embeddings are one tensor. False otherwise,
+    with a warning where two of the three are one: the copy has three matrices."""
+    enc, dec, out = _embeddings(hf_model)
+    if enc is dec is out:
         return True
-    if enc is not dec and dec is not out and enc is not out:
-        return False
-    config = hf_model.config
-    raise ValueError(
-        "tl.Transformer ties all three embedding matrices (share_embeddings=True) or "
-        "none, but this model ties two (share_encoder_decoder_embeddings="
-        f"{config.share_encoder_decoder_embeddings}, "
-        f"tie_word_embeddings={config.tie_word_embeddings})")
+    pairs = {"encoder embedding and decoder embedding": enc is dec,
+             "decoder embedding and output layer": dec is out,
+             "encoder embedding and output layer": enc is out}
+    for names in (names for names, tied in pairs.items() if tied):
+        config = hf_model.config
+        warnings.warn(
+            f"hf_model ties its {names} but not all three "
+            "(share_encoder_decoder_embeddings="
+            f"{config.share_encoder_decoder_embeddings}, tie_word_embeddings="
+            f"{config.tie_word_embeddings}); tl.Transformer ties all three or none, so "
+            "the copy holds the same values in three matrices: equal logits, but "
+            "training it will not keep them tied", UserWarning, stacklevel=3)
+    return False
 
 
 def from_marian(hf_model) -> Transformer:
@@ -181,9 +229,14 @@ def from_marian(hf_model) -> Transformer:
     config = hf_model.config
     _check_representable(config)
     bias = hf_model.final_logits_bias
+    encoder_rows, decoder_rows, tgt_vocab = (w.size(0) for w in _embeddings(hf_model))
+    if decoder_rows < tgt_vocab or bias.numel() != tgt_vocab:
+        raise ValueError(
+            f"hf_model's output layer has {tgt_vocab} rows, but its decoder embedding "
+            f"has {decoder_rows} and its final_logits_bias {bias.numel()}: every id it "
+            "emits must have an embedding row and a bias")
     model = Transformer(
-        hf_model.model.encoder.embed_tokens.weight.size(0),
-        hf_model.lm_head.weight.size(0),
+        encoder_rows, tgt_vocab,
         d_model=config.d_model, num_heads=config.encoder_attention_heads,
         num_encoder_layers=config.encoder_layers,
         num_decoder_layers=config.decoder_layers,
@@ -203,13 +256,30 @@ def from_marian(hf_model) -> Transformer:
     return model.train(hf_model.training)
 
 
+def _check_built(hf_model, rows: int, tgt_vocab: int, shared: bool) -> None:
+    """Raise unless ``hf_model`` has the embeddings ``to_marian`` asked for: ``rows``
+    source rows, a row for every target id, ``tgt_vocab`` outputs, all tied or none."""
+    enc, dec, out = _embeddings(hf_model)
+    ties = {enc is dec, dec is out, enc is out}
+    sizes = enc.size(0), dec.size(0), out.size(0)
+    if sizes[0] != rows or sizes[2] != tgt_vocab or sizes[1] < tgt_vocab or (
+            ties != {shared}):
+        import transformers
+
+        raise RuntimeError(
+            f"transformers {transformers.__version__} built a MarianMTModel whose "
+            f"embeddings have {sizes} rows and ties {sorted(ties)}; to_marian needs "
+            f"({rows}, >= {tgt_vocab}, {tgt_vocab}) and ties [{shared}]")
+
+
 def to_marian(model: Transformer, bos_id: int | None = None, eos_id: int | None = None):
     """A ``transformers.MarianMTModel`` that computes what ``model`` computes.
 
     ``bos_id`` becomes Marian's ``decoder_start_token_id`` (default: ``model.pad_id``,
     as in Marian) and ``eos_id`` its ``eos_token_id``. The generation config mirrors
     ``tl.greedy_decode``: start from ``bos_id``, never emit the pad token, stop at
-    ``eos_id``. Same dtype, device and training mode as ``model``.
+    ``eos_id``. Same dtype, device and training mode as ``model``; the global random
+    state is left as it was.
     """
     MarianConfig, MarianMTModel = _marian_classes()
     if not isinstance(model, Transformer):
@@ -219,8 +289,12 @@ def to_marian(model: Transformer, bos_id: int | None = None, eos_id: int | None 
         raise ValueError("MarianMTModel is post-norm, got a model with norm_first=True")
     pad, shared, dropout = cfg["pad_id"], cfg["share_embeddings"], float(cfg["dropout"])
     bos = pad if bos_id is None else bos_id
+    src_vocab, tgt_vocab = cfg["src_vocab_size"], cfg["tgt_vocab_size"]
+    # transformers 4 gives the decoder embedding vocab_size rows: make room for ours
+    # there, and on 5 too, so that both versions write the same shapes where they can
+    rows = max(src_vocab, tgt_vocab)
     config = MarianConfig(
-        vocab_size=cfg["src_vocab_size"], decoder_vocab_size=cfg["tgt_vocab_size"],
+        vocab_size=rows, decoder_vocab_size=tgt_vocab,
         d_model=cfg["d_model"], encoder_layers=cfg["num_encoder_layers"],
         decoder_layers=cfg["num_decoder_layers"],
         encoder_attention_heads=cfg["num_heads"],
@@ -232,7 +306,12 @@ def to_marian(model: Transformer, bos_id: int | None = None, eos_id: int | None 
         decoder_start_token_id=bos, eos_token_id=eos_id, forced_eos_token_id=None,
         share_encoder_decoder_embeddings=shared, tie_word_embeddings=shared,
     )
-    hf_model = MarianMTModel(config)
+    # Its random initialisation is overwritten below. Keep the global random state as it
+    # was (transformers 4 and 5 draw different amounts), so that seeded code after
+    # to_marian draws the same numbers on either version.
+    with torch.random.fork_rng(devices=[]):
+        hf_model = MarianMTModel(config)
+    _check_built(hf_model, rows, tgt_vocab, shared)
     generation = hf_model.generation_config
     generation.decoder_start_token_id, generation.pad_token_id = bos, pad
     generation.eos_token_id, generation.forced_eos_token_id = eos_id, None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_positive_int, check_tensor, check_token_ids
+from ._checks import check_device, check_int, check_positive_int, check_token_ids
 
 
 def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
@@ -15,9 +15,14 @@ def padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     The two singleton dimensions broadcast over heads and over query positions: every query may
     attend to every real token, and to no padding.
     """
-    check_tensor("tokens", tokens, ndim=2)
-    check_token_ids("tokens", tokens)
+    _check_tokens("tokens", tokens, pad_id)
     return (tokens == pad_id)[:, None, None, :]  # (B, 1, 1, L)
+
+
+def _check_tokens(name: str, tokens, pad_id) -> None:
+    # Each public function checks its own argument first, so messages name it.
+    check_token_ids(name, tokens, ndim=2)
+    check_int("pad_id", pad_id)
 
 
 def causal_mask(length: int, device: torch.device | str | None = None, offset: int = 0) -> torch.Tensor:
@@ -28,15 +33,15 @@ def causal_mask(length: int, device: torch.device | str | None = None, offset: i
     cached positions, and the mask is the last L rows of ``causal_mask(offset + L)``.
     """
     check_positive_int("length", length)
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+    check_int("offset", offset, minimum=0)
+    device = check_device("device", device)
     ones = torch.ones(length, offset + length, dtype=torch.bool, device=device)
     return torch.triu(ones, diagonal=offset + 1)[None, None]  # (1, 1, L, offset + L)
 
 
 def decoder_self_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     """The decoder's self-attention mask: causal *or* padded key. (B, L) -> (B, 1, L, L) bool."""
-    check_tensor("tgt", tgt, ndim=2)
+    _check_tokens("tgt", tgt, pad_id)
     future = causal_mask(tgt.size(1), device=tgt.device)  # (1, 1, L, L)
     return future | padding_mask(tgt, pad_id)  # (1,1,L,L) | (B,1,1,L) -> (B, 1, L, L)
 
@@ -47,5 +52,6 @@ def cross_mask(src: torch.Tensor, tgt_len: int, pad_id: int = 0) -> torch.Tensor
     Queries come from the decoder (tgt_len rows), keys from the encoder (Ls columns): only padded
     source tokens are blocked. ``padding_mask(src)`` (B, 1, 1, Ls) broadcasts to the same thing.
     """
+    _check_tokens("src", src, pad_id)
     check_positive_int("tgt_len", tgt_len)
     return padding_mask(src, pad_id).expand(-1, -1, tgt_len, -1)  # (B, 1, Lt, Ls)

@@ -4,7 +4,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_bool, check_tensor
+from ._checks import (
+    check_activations,
+    check_bool,
+    check_on_device,
+    check_positive_int,
+    check_same_size,
+    check_tensor,
+    check_token_id,
+    check_token_ids,
+)
 from .decoder import Decoder
 from .embedding import TokenEmbedding
 from .encoder import Encoder
@@ -36,6 +45,14 @@ class Transformer(nn.Module):
                  activation="relu", scale_embedding=True, output_bias=False,
                  interleaved_pe=True):
         super().__init__()
+        check_positive_int("src_vocab_size", src_vocab_size)
+        check_positive_int("tgt_vocab_size", tgt_vocab_size)
+        check_positive_int("num_encoder_layers", num_encoder_layers)
+        check_positive_int("num_decoder_layers", num_decoder_layers)
+        check_token_id("pad_id", pad_id, min(src_vocab_size, tgt_vocab_size))
+        check_bool("norm_first", norm_first)
+        check_bool("share_embeddings", share_embeddings)
+        check_bool("output_bias", output_bias)
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 "share_embeddings=True needs one shared vocabulary, got "
@@ -50,7 +67,6 @@ class Transformer(nn.Module):
             output_bias=output_bias, interleaved_pe=interleaved_pe,
         )
         self.pad_id = pad_id
-        check_bool("output_bias", output_bias)
         scale = scale_embedding
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, pad_id, scale)
         # With shared embeddings the target side uses the very same module (one weight matrix).
@@ -68,7 +84,8 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, need_weights: bool = False):
         """src (B, Ls) -> memory (B, Ls, d_model) (and the per-layer self-attention maps)."""
-        check_tensor("src", src, ndim=2)
+        self._check_tokens("src", src, self.src_embed)
+        check_bool("need_weights", need_weights)
         x = self.pos_enc(self.src_embed(src))  # (B, Ls, d_model)
         return self.encoder(x, padding_mask(src, self.pad_id), need_weights=need_weights)
 
@@ -78,7 +95,13 @@ class Transformer(nn.Module):
         With a ``cache`` (from ``self.decoder.new_cache()``), ``tgt_in`` holds only the *new* tokens;
         the keys and values of earlier steps come from the cache, and positions continue from there.
         """
-        check_tensor("tgt_in", tgt_in, ndim=2)
+        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
+        self._check_tokens("src", src, self.src_embed)
+        check_activations("memory", memory, self.src_embed.d_model)
+        check_same_size(0, "batch size", tgt_in=tgt_in, memory=memory, src=src)
+        check_same_size(1, "length Ls", memory=memory, src=src)
+        check_bool("need_weights", need_weights)
+        self.decoder.check_cache(cache)
         offset = 0
         if cache is not None and "k" in cache[0]["self"]:
             offset = cache[0]["self"]["k"].size(2)
@@ -99,15 +122,25 @@ class Transformer(nn.Module):
         return self.generator(out)  # (B, Lt, V)
 
     def forward(self, src, tgt_in, return_attention=False):
-        check_tensor("src", src, ndim=2)
-        check_tensor("tgt_in", tgt_in, ndim=2)
-        if src.size(0) != tgt_in.size(0):
-            raise ValueError(f"src and tgt_in must have the same batch size, got {src.size(0)} and {tgt_in.size(0)}")
+        self._check_tokens("src", src, self.src_embed)
+        self._check_tokens("tgt_in", tgt_in, self.tgt_embed)
+        check_same_size(0, "batch size", src=src, tgt_in=tgt_in)
+        check_bool("return_attention", return_attention)
         if not return_attention:
             return self.decode(tgt_in, self.encode(src), src)
         memory, enc_maps = self.encode(src, need_weights=True)
         logits, dec_maps, cross_maps = self.decode(tgt_in, memory, src, need_weights=True)
         return logits, {"encoder": enc_maps, "decoder": dec_maps, "cross": cross_maps}
+
+    @staticmethod
+    def _check_tokens(name, tokens, embed):
+        """(B, L) ids below the embedding's vocabulary size, at least one per row."""
+        check_tensor(name, tokens, ndim=2)
+        check_on_device(name, tokens, embed.weight)
+        check_token_ids(name, tokens, embed.vocab_size)
+        if tokens.size(1) == 0:
+            raise ValueError(f"{name} must hold at least one token per row, got shape "
+                             f"{tuple(tokens.shape)}")
 
     def num_parameters(self) -> int:
         """Trainable parameters, each shared tensor counted once."""

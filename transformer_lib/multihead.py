@@ -5,7 +5,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ._checks import check_mask, check_positive_int, check_probability, check_tensor
+from ._checks import (
+    check_bool,
+    check_instance,
+    check_mask,
+    check_matches_weight,
+    check_positive_int,
+    check_probability,
+    check_same_size,
+    check_tensor,
+    check_width,
+)
 from .attention import scaled_dot_product_attention
 
 
@@ -15,16 +25,31 @@ class MultiHeadAttention(nn.Module):
     query (B, Lq, d_model), key and value (B, Lk, d_model), mask broadcastable to (B, H, Lq, Lk)
     (bool, True = blocked) -> output (B, Lq, d_model), weights (B, H, Lq, Lk) or None.
 
-    Two paths that give the same numbers:
-    - ``need_weights=False`` (default, fast): PyTorch's fused ``F.scaled_dot_product_attention``.
-    - ``need_weights=True`` (explicit, for teaching and plots): our ``scaled_dot_product_attention``,
-      which also returns the per-head attention weights.
+    Two paths that compute the same function:
+    - ``need_weights=False`` (default, fast): PyTorch's fused
+      ``F.scaled_dot_product_attention``.
+    - ``need_weights=True`` (explicit, for teaching and plots): our
+      ``scaled_dot_product_attention``, which also returns the per-head attention
+      weights.
 
-    ``cache`` (optional dict) serves incremental decoding. For self-attention, pass ``{}`` at the first
-    step and the same dict afterwards: each call appends the new keys and values (already projected,
-    (B, H, L, d_k)) to ``cache["k"]`` and ``cache["v"]``. For cross-attention, pass a dict with
-    ``cache["static"] = True``: the keys and values of ``key``/``value`` are projected on the first
-    call and reused afterwards.
+    Their outputs agree to float rounding. Their float32 *gradients* agree with float64
+    equally well (relative error about 3e-7 at scores of size 5, 1e-5 at 500, 3e-3 at
+    5e4: a nearly saturated softmax is ill-conditioned whatever the path) until the
+    scores q k^T / sqrt(d_k) pass about 1e5. Beyond that PyTorch's CPU flash kernel,
+    which the fused path picks, loses its gradients (relative error 2e-1 at scores of
+    5e6, far above 1 at 5e8), while the explicit path and PyTorch's math backend stay at
+    1e-7. Scores that large mean a one-hot softmax (a diverging run); to study one, use
+    ``need_weights=True`` or wrap the call in
+    ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``. See
+    benchmarks/attention_precision.py.
+
+    ``cache`` (optional dict) serves incremental decoding. For self-attention, pass
+    ``{}`` at the first step and the same dict afterwards: each call appends the new
+    keys and values (already projected, (B, H, L, d_k)) to ``cache["k"]`` and
+    ``cache["v"]``. For cross-attention, pass a dict with ``cache["static"] = True``:
+    the keys and values of ``key``/``value`` are projected on the first call and reused
+    while the same ``key`` tensor comes back; a different one raises ValueError (a
+    static cache belongs to one source batch: start a new one for new memory).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -32,6 +57,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
         check_probability("dropout", dropout)
+        check_bool("bias", bias)
         if d_model % num_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
         self.d_model = d_model
@@ -59,11 +85,12 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(batch, length, self.d_model)
 
     def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
-        self._check_inputs(query, key, value)
+        self._check_inputs(query, key, value, need_weights, cache)
         q = self.split_heads(self.q_proj(query))  # (B, H, Lq, d_k)
         k, v = self._keys_values(key, value, cache)  # (B, H, Lk, d_k) each
         if mask is not None:
-            check_mask(mask, (q.size(0), self.num_heads, q.size(2), k.size(2)))
+            scores_shape = (q.size(0), self.num_heads, q.size(2), k.size(2))
+            check_mask(mask, scores_shape, device=q.device)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             context, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p)
@@ -77,33 +104,46 @@ class MultiHeadAttention(nn.Module):
 
     def _keys_values(self, key, value, cache):
         """Project (or fetch from the cache) the keys and values, each (B, H, Lk, d_k)."""
-        if cache is not None and cache.get("static") and "k" in cache:
+        static = cache is not None and cache.get("static")
+        if static and "k" in cache:
+            # Reuse only for the tensors the cache was built from: attending to an old
+            # source after the memory changed would be a wrong answer with no error.
+            if not (_same_tensor(key, cache["key"])
+                    and _same_tensor(value, cache["value"])):
+                raise ValueError("key/value differ from the memory this static "
+                                 "cross-attention cache was built from; use a new "
+                                 "cache (Decoder.new_cache()) for a new memory")
             return cache["k"], cache["v"]
         k = self.split_heads(self.k_proj(key))
         v = self.split_heads(self.v_proj(value))
         if cache is not None:
-            if not cache.get("static") and "k" in cache:
+            if static:
+                cache["key"], cache["value"] = key, value
+            elif "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # append along the key axis
                 v = torch.cat([cache["v"], v], dim=2)
             cache["k"], cache["v"] = k, v
         return k, v
 
-    def _check_inputs(self, query, key, value):
+    def _check_inputs(self, query, key, value, need_weights, cache):
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, ndim=3)
-            if x.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} must have last dimension d_model={self.d_model}, got {x.size(-1)}"
-                )
-        if not (query.size(0) == key.size(0) == value.size(0)):
-            raise ValueError(
-                f"query, key and value must have the same batch size, got "
-                f"{query.size(0)}, {key.size(0)} and {value.size(0)}"
-            )
-        if key.size(1) != value.size(1):
-            raise ValueError(
-                f"key and value must have the same length, got {key.size(1)} and {value.size(1)}"
-            )
+            check_width(name, x, self.d_model)
+            check_matches_weight(name, x, self.q_proj.weight)
+        check_same_size(0, "batch size", query=query, key=key, value=value)
+        check_same_size(1, "length", key=key, value=value)
+        check_bool("need_weights", need_weights)
+        if cache is not None:
+            check_instance("cache", cache, dict, "a dict (or None)")
+            if "k" in cache and cache["k"].size(0) != query.size(0):
+                raise ValueError(f"cache holds a batch of {cache['k'].size(0)}, "
+                                 f"but query has batch size {query.size(0)}")
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout}"
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same tensor, or a view of the same memory with the same shape and strides."""
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape
+                      and a.stride() == b.stride())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_positive_int, check_tensor
+from ._checks import check_matches_weight, check_number, check_positive_int, check_width
 
 
 class LayerNorm(nn.Module):
@@ -14,23 +14,31 @@ class LayerNorm(nn.Module):
 
     over the last dimension, with the *biased* variance (divide by d, not d - 1) and eps *inside*
     the square root: exactly what ``nn.LayerNorm`` computes. x (..., d_model) -> (..., d_model).
+
+    Like ``nn.LayerNorm``, half-precision input (float16, bfloat16) is normalised in
+    float32 and the result cast back: in float16 the variance of values of size 256 is
+    already 65536, past float16's largest number (65504), and the output would be zeros.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
         check_positive_int("d_model", d_model)
+        check_number("eps", eps, 0.0, low_open=True)
         self.d_model = d_model
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor("x", x)
-        if x.size(-1) != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(-1)}")
-        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        # Autocast may give half-precision input to float32 weights: dtypes may differ.
+        check_matches_weight("x", x, self.weight, need_same_dtype=False)
+        check_width("x", x, self.d_model)
+        half = x.dtype in (torch.float16, torch.bfloat16)
+        h = x.float() if half else x  # float32 statistics for half precision
+        mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = h.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1)
+        y = (h - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        return y.to(x.dtype) if half else y
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, eps={self.eps}"

@@ -6,7 +6,13 @@ import math
 import torch
 from torch import nn
 
-from ._checks import check_bool, check_positive_int, check_probability, check_tensor
+from ._checks import (
+    check_activations,
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_probability,
+)
 
 
 def sinusoidal_table(max_len: int, d_model: int,
@@ -50,6 +56,8 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0,
                  interleaved: bool = True):
         super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_len", max_len)
         check_probability("dropout", dropout)
         self.d_model = d_model
         self.max_len = max_len
@@ -61,14 +69,9 @@ class PositionalEncoding(nn.Module):
                              persistent=False)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        check_tensor("x", x, ndim=3)
+        check_activations("x", x, self.d_model)
+        check_int("offset", offset, minimum=0)
         length = x.size(1)
-        if x.size(2) != self.d_model:
-            raise ValueError(f"x must have last dimension d_model={self.d_model}, got {x.size(2)}")
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
         if offset + length > self.max_len:
             raise ValueError(
                 f"sequence length {offset + length} exceeds max_len={self.max_len}"

@@ -9,6 +9,8 @@ import re
 import numpy as np
 import torch
 
+from ._checks import check_bool, check_instance, check_int
+
 
 def set_seed(seed: int = 0, deterministic: bool = True) -> None:
     """Seed Python, NumPy and PyTorch; optionally ask PyTorch for deterministic algorithms.
@@ -16,6 +18,8 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> None:
     ``deterministic=True`` calls ``torch.use_deterministic_algorithms(True, warn_only=True)`` and sets
     ``CUBLAS_WORKSPACE_CONFIG`` (needed for deterministic cuBLAS on GPUs) if it is not set yet.
     """
+    check_int("seed", seed, 0, 2**32 - 1)  # NumPy's range
+    check_bool("deterministic", deterministic)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -29,6 +33,7 @@ def set_seed(seed: int = 0, deterministic: bool = True) -> None:
 def count_parameters(module: torch.nn.Module) -> int:
     """Trainable parameters of ``module``; a tensor shared by two sub-modules is counted once
     (``module.parameters()`` yields each tensor once)."""
+    check_instance("module", module, torch.nn.Module, "a torch.nn.Module")
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
@@ -71,7 +76,11 @@ def show_source(obj) -> None:
     drift apart. In a notebook the source is displayed as Markdown, which the front end
     highlights; outside one it is printed as plain text.
     """
-    source = inspect.getsource(obj)
+    try:
+        source = inspect.getsource(obj)
+    except (TypeError, OSError):
+        raise TypeError(f"obj must be a function, class or method with a source file, "
+                        f"got {type(obj).__name__} {obj!r:.60}") from None
     try:
         from IPython import get_ipython
         from IPython.display import display

@@ -17,6 +17,8 @@ import torch
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
+from ._checks import check_int, check_optional_positive_int
+
 ATTENTION_CMAP = "Blues"
 MASK_COLORS = ListedColormap(["#f4f1de", "#3d405b"])  # allowed (light), blocked (dark)
 
@@ -28,6 +30,14 @@ def _to_numpy(x) -> np.ndarray:
             x = x.to(torch.int64)
         return x.float().numpy() if x.is_floating_point() else x.numpy()
     return np.asarray(x)
+
+
+def _check_table(table) -> np.ndarray:
+    values = _to_numpy(table)
+    if values.ndim != 2:
+        raise ValueError(
+            f"table must be 2-D (max_len, d_model), got shape {tuple(values.shape)}")
+    return values
 
 
 def _check_labels(name: str, labels, size: int) -> None:
@@ -148,7 +158,7 @@ def show_mask(mask, *, row_labels: Sequence[str] | None = None,
 def plot_positional_table(table, *, title: str = "Sinusoidal positional encoding",
                           ax=None):
     """The (max_len, d_model) positional table as a heatmap: position down, dimension across."""
-    values = _to_numpy(table)
+    values = _check_table(table)
     own_figure = ax is None
     if own_figure:
         fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
@@ -184,16 +194,23 @@ def plot_lines(x, series: dict, *, title: str | None = None, xlabel: str = "", y
 def plot_positional_curves(table, dims: Sequence[int] = (0, 1, 4, 5, 10, 11), *,
                            title: str = "Positional encoding, one curve per dimension", ax=None):
     """PE[pos, i] against position for a few dimensions i: fast waves first, slow ones later."""
-    values = _to_numpy(table)
+    values = _check_table(table)
+    for d in dims:
+        check_int("dims", d, 0, values.shape[1] - 1)
     positions = np.arange(values.shape[0])
     kind = {0: "sin", 1: "cos"}
-    series = {f"i={d} ({kind[d % 2]})": values[:, d] for d in dims}
+    # j names a column, i a sine/cosine pair (the paper's 2i, 2i+1): column j is in pair j // 2
+    series = {f"column {d} ({kind[d % 2]}, pair {d // 2})": values[:, d] for d in dims}
     return plot_lines(positions, series, title=title, xlabel="position", ylabel="PE value", ax=ax)
 
 
 def plot_history(history: dict, *, keys: Sequence[str] = ("loss", "acc"), x: str = "step",
                  title: str | None = None):
     """Training curves from ``tl.train``'s history, one panel per key. Returns the Figure."""
+    missing = [k for k in (x, *keys) if k not in history]
+    if missing:
+        raise ValueError(
+            f"history has no {missing} (keys, x); it has {sorted(history)}")
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False,
                              layout="constrained")
     names = {"loss": "training loss", "acc": "token accuracy", "lr": "learning rate"}
@@ -241,6 +258,7 @@ def show_masks(masks, *, titles: Sequence[str] | None = None, row_labels=None, c
     ``row_labels`` and ``col_labels`` are sequences with one list of tokens (or None) per mask.
     Returns the Figure.
     """
+    check_optional_positive_int("ncols", ncols)
     masks = list(masks)
     n = len(masks)
     if n == 0:

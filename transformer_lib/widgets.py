@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import viz
+from ._checks import check_instance, check_int
 from .masks import cross_mask, decoder_self_mask, padding_mask
 from .positional import sinusoidal_table
 
@@ -109,6 +110,8 @@ def _int_slider(description, value, low, high, step=1):
 
 def positional_explorer(d_model: int = 64, max_position: int = 64) -> Explorer:
     """The sinusoidal table for a chosen width and range of positions, with a few of its curves."""
+    check_int("d_model", d_model, 8, 256)  # the sliders' ranges
+    check_int("max_position", max_position, 8, 512)
 
     def draw(d_model, max_position):
         table = sinusoidal_table(max_position, d_model)
@@ -116,7 +119,7 @@ def positional_explorer(d_model: int = 64, max_position: int = 64) -> Explorer:
         viz.plot_positional_table(table, title=f"PE table, d_model={d_model}", ax=left)
         dims = [d for d in (0, 1, d_model // 4, d_model // 2) if d < d_model]
         viz.plot_positional_curves(table, dims=sorted(set(dims)), ax=right,
-                                   title="PE[pos, i] for a few dimensions i")
+                                   title="PE[pos, j] for a few columns j")
         return fig
 
     controls = {"d_model": _int_slider("d_model", d_model, 8, 256, 8),
@@ -133,6 +136,9 @@ def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer
     # Draw the data once, for the largest d_k and number of keys the sliders allow, and slice it:
     # moving one slider then changes only that setting, never the random vectors themselves.
     max_d_k, max_length = 512, 30
+    check_int("d_k", d_k, 1, max_d_k)
+    check_int("length", length, 2, max_length)
+    check_int("seed", seed, minimum=0)
     generator = torch.Generator().manual_seed(seed)
     q_all = torch.randn(1, max_d_k, generator=generator)  # (1, max_d_k)
     k_all = torch.randn(max_length, max_d_k, generator=generator)  # (max_length, max_d_k)
@@ -155,9 +161,6 @@ def softmax_explorer(d_k: int = 64, length: int = 10, seed: int = 0) -> Explorer
 
     import ipywidgets
 
-    if not 1 <= d_k <= max_d_k or not 2 <= length <= max_length:
-        raise ValueError(f"softmax_explorer needs 1 <= d_k <= {max_d_k} and 2 <= length <= "
-                         f"{max_length}, got d_k={d_k!r}, length={length!r}")
     controls = {"d_k": _int_slider("d_k", d_k, 1, max_d_k),
                 "length": _int_slider("keys", length, 2, max_length),
                 "temperature": ipywidgets.FloatLogSlider(
@@ -171,6 +174,9 @@ def mask_explorer(src_len: int = 4, tgt_len: int = 5, max_len: int = 8) -> Explo
 
     The example's real lengths are chosen with sliders; the batch is padded to ``max_len``.
     """
+    check_int("max_len", max_len, minimum=1)
+    check_int("src_len", src_len, 1, max_len)
+    check_int("tgt_len", tgt_len, 1, max_len)
 
     def draw(src_len, tgt_len):
         src = torch.zeros(1, max_len, dtype=torch.long)
@@ -203,6 +209,11 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
     """
     import ipywidgets
 
+    check_instance("maps", maps, dict,
+                   "the dict of Transformer(..., return_attention=True)")
+    if set(maps) != {"encoder", "decoder", "cross"}:
+        raise ValueError(f"maps must have the keys 'encoder', 'decoder' and 'cross', "
+                         f"got {sorted(maps)}")
     if tgt_in_labels is None:
         tgt_in_labels = tgt_labels
     num_layers = len(maps["encoder"])

@@ -6,7 +6,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from .._checks import check_positive_int
+from .._checks import (
+    check_bool,
+    check_int,
+    check_positive_int,
+    check_same_size,
+    check_token_ids,
+)
 
 
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
@@ -15,6 +21,16 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
 
     L is the longest sequence, or ``length`` if given (a longer sequence raises ValueError).
     """
+    if not _is_sized_iterable(sequences):
+        raise TypeError(f"sequences must be a list of lists of token ids, "
+                        f"got {type(sequences).__name__}")
+    for i, seq in enumerate(sequences):
+        if not _is_sized_iterable(seq):
+            raise TypeError(f"sequences[{i}] must be a list of token ids, "
+                            f"got {type(seq).__name__}")
+    check_int("pad_id", pad_id)
+    if length is not None:
+        check_int("length", length, minimum=0)
     longest = max((len(s) for s in sequences), default=0)
     length = longest if length is None else length
     if longest > length:
@@ -23,6 +39,12 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int = 0,
     for i, seq in enumerate(sequences):
         out[i, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
     return out
+
+
+def _is_sized_iterable(x) -> bool:
+    """A list, tuple, array or tensor; not a string (its letters would become "ids")."""
+    sized = hasattr(x, "__len__") and hasattr(x, "__iter__")
+    return sized and not isinstance(x, (str, bytes))
 
 
 class BucketBatcher:
@@ -39,10 +61,17 @@ class BucketBatcher:
 
     def __init__(self, src: torch.Tensor, tgt: torch.Tensor, batch_size: int, pad_id: int = 0,
                  seed: int = 0, bucket: bool = True, pool_batches: int = 32, epochs: int | None = None):
-        if src.dim() != 2 or tgt.dim() != 2 or src.size(0) != tgt.size(0):
-            raise ValueError(f"src and tgt must be (N, Ls) and (N, Lt) with the same N, "
-                             f"got {tuple(src.shape)} and {tuple(tgt.shape)}")
+        check_token_ids("src", src, ndim=2)
+        check_token_ids("tgt", tgt, ndim=2)
+        check_same_size(0, "N (number of examples)", src=src, tgt=tgt)
+        if src.size(0) == 0:  # an endless batcher of nothing would hang
+            raise ValueError(
+                f"src and tgt must hold at least one example, got {tuple(src.shape)}")
         check_positive_int("batch_size", batch_size)
+        check_int("pad_id", pad_id)
+        check_int("seed", seed, minimum=0)
+        check_bool("bucket", bucket)
+        check_positive_int("pool_batches", pool_batches)
         if epochs is not None:
             check_positive_int("epochs", epochs)
         self.src, self.tgt = src, tgt

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .._checks import check_int, check_number, check_positive_int
 from .batching import BucketBatcher, pad_sequences
 from .tokenize import detokenize_words, target_tokenizer, tokenize_words
 from .vocab import Vocab
@@ -40,6 +41,7 @@ def number_to_words(n: int, lang: str = "en") -> str:
 
 def magnitude_buckets(max_number: int = MAX_NUMBER) -> list[tuple[int, int]]:
     """Inclusive ranges of numbers with 1, 2, ... digits: [(0, 9), (10, 99), ..., (10^(k-1), max)]."""
+    check_positive_int("max_number", max_number)
     buckets, low = [(0, min(9, max_number))], 10
     while low <= max_number:
         buckets.append((low, min(low * 10 - 1, max_number)))
@@ -87,6 +89,8 @@ class NumberSplit:
     def sample_train(self, count: int, seed: int = 0) -> np.ndarray:
         """``count`` training numbers (with repeats): a digit count d is drawn with probability
         proportional to d (longer numbers are harder), then a number with d digits."""
+        check_int("count", count, minimum=0)
+        check_int("seed", seed, minimum=0)
         rng = np.random.default_rng(seed)
         buckets = magnitude_buckets(self.max_number)
         weights = np.arange(1, len(buckets) + 1, dtype=float)
@@ -106,6 +110,11 @@ def split_numbers(n_test: int = 2000, n_valid: int = 500, seed: int = 0,
     """Hold out ``n_test`` test and ``n_valid`` validation numbers, spread evenly over the digit
     counts, but never more than ``max_fraction`` of a bucket (so 0..9 keeps 9 of its 10 numbers
     for training). Fixed by ``seed``; the two sets are disjoint, and training excludes both."""
+    check_positive_int("n_test", n_test)
+    check_int("n_valid", n_valid, minimum=0)
+    check_int("seed", seed, minimum=0)
+    check_int("max_number", max_number, 1, MAX_NUMBER)
+    check_number("max_fraction", max_fraction, 0.0, 1.0, low_open=True)
     rng = np.random.default_rng(seed)
     buckets = magnitude_buckets(max_number)
     sizes = [high - low + 1 for low, high in buckets]
@@ -140,6 +149,10 @@ class NumberWordsData:
                  max_number: int = MAX_NUMBER, cache: dict | None = None):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
+        # Checked here, before minutes of num2words: a split would fail only at the end.
+        check_positive_int("train_size", train_size)
+        check_positive_int("n_test", n_test)
+        check_positive_int("n_valid", n_valid)
         self.lang, self.scheme = lang, scheme
         self.tgt_tokenizer = target_tokenizer(lang, scheme)
         self.split = split_numbers(n_test, n_valid, seed, max_number)

@@ -35,6 +35,11 @@ def _check_text(text) -> None:
         raise TypeError(f"text must be a str, got {type(text).__name__}")
 
 
+def _check_tokens(tokens) -> None:
+    if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
+        raise TypeError(f"tokens must be a list of token strings, got {tokens!r:.60}")
+
+
 def tokenize_words(text: str) -> list[str]:
     """English number words -> word tokens, with hyphens and commas as tokens of their own.
 
@@ -48,6 +53,7 @@ def tokenize_words(text: str) -> list[str]:
 def detokenize_words(tokens: list[str]) -> str:
     """The inverse of ``tokenize_words`` for normally written text: one space between words,
     none around a hyphen, none before a comma."""
+    _check_tokens(tokens)
     text = ""
     for i, token in enumerate(tokens):
         glue = i > 0 and token not in ("-", ",") and tokens[i - 1] != "-"
@@ -62,6 +68,7 @@ def tokenize_chars(text: str) -> list[str]:
 
 
 def detokenize_chars(tokens: list[str]) -> str:
+    _check_tokens(tokens)
     return "".join(tokens)
 
 

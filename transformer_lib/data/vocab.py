@@ -7,6 +7,12 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 
 
+def _check_tokens(tokens) -> None:
+    if isinstance(tokens, str):
+        raise TypeError(f"tokens must be a list of token strings, "
+                        f"got one str {tokens!r:.40}; tokenize it first")
+
+
 class Vocab:
     """Token <-> id map with four special tokens at fixed ids: <pad>=0, <bos>=1, <eos>=2, <unk>=3.
 
@@ -62,6 +68,7 @@ class Vocab:
     def encode(self, tokens: Sequence[str], add_bos: bool = False, add_eos: bool = False,
                unknown: str = "unk") -> list[int]:
         """Token strings -> ids. ``unknown="unk"`` maps unseen tokens to <unk>; ``"error"`` raises."""
+        _check_tokens(tokens)
         if unknown not in ("unk", "error"):
             raise ValueError(f"unknown must be 'unk' or 'error', got {unknown!r}")
         if unknown == "error":

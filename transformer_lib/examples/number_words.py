@@ -20,14 +20,19 @@ by a constant ``lr_factor``, as the Annotated Transformer does.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import pickle
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
+from .._checks import check_device, check_instance
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
+from ..data.numbers import split_numbers
 from ..data.tokenize import MorphemeTokenizer
 from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
@@ -252,7 +257,16 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) 
     """Save weights, model configuration and vocabularies to ``path``, atomically: the file is
     written under a temporary name in the same folder, then renamed with ``os.replace``, so
     ``path`` always holds either the old checkpoint or the complete new one."""
+    check_instance("model", model, NumberTranslator, "a NumberTranslator")
     path = os.fspath(path)
+    if os.path.isdir(path):
+        example = os.path.join(path, "model.pt")
+        raise IsADirectoryError(f"cannot save the checkpoint to {path!r}: it is a "
+                                f"folder; give a file name such as {example!r}")
+    for key, value in (metrics or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(
+                f"metrics[{key!r}] must be a number, got {type(value).__name__}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     state = {
@@ -276,47 +290,177 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) 
     return path
 
 
+_CHECKPOINT_KEYS = ("config", "state_dict", "src_vocab", "tgt_vocab", "lang", "scheme",
+                    "morphemes", "max_target_len")
+
+
 def load_checkpoint(path, device=None) -> NumberTranslator:
     """Restore a ``NumberTranslator`` saved by ``save_checkpoint``, in eval mode, on ``device``
     (default: CPU). Loads with ``weights_only=True``: a checkpoint holds only tensors and plain
-    Python values, so loading it cannot run code."""
-    state = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    Python values, so loading it cannot run code.
+
+    A missing file raises FileNotFoundError; one that is empty, truncated, not a
+    checkpoint, of another format, or whose configuration does not fit its weights
+    raises ValueError naming the file and what is wrong with it.
+    """
+    path = os.fspath(path)
+    device = check_device("device", device)
+    state = _read_checkpoint(path)
+
+    def broken(reason):
+        return ValueError(f"{path!r} is not a number-words checkpoint: {reason}")
+
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"{path} is not a number-words checkpoint: expected format "
-                         f"{CHECKPOINT_FORMAT!r}, got {found!r}")
-    config = dict(state["config"])
-    src_vocab, tgt_vocab = Vocab.from_itos(state["src_vocab"]), Vocab.from_itos(state["tgt_vocab"])
-    for key, vocab in (("src_vocab_size", src_vocab), ("tgt_vocab_size", tgt_vocab)):
-        if config.pop(key) != len(vocab):
-            raise ValueError(f"checkpoint {path} is inconsistent: {key} differs from its vocabulary")
-    config.pop("pad_id", None)
-    model = NumberTranslator(src_vocab, tgt_vocab, state["lang"], state["scheme"], state["morphemes"],
-                             state["max_target_len"], **config)
-    model.load_state_dict(state["state_dict"])
+        raise broken(f"expected format {CHECKPOINT_FORMAT!r}, got {found!r}")
+    missing = [key for key in _CHECKPOINT_KEYS if key not in state]
+    if missing:
+        raise broken(f"it lacks {missing}")
+    try:
+        config = dict(state["config"])
+        src_vocab = Vocab.from_itos(state["src_vocab"])
+        tgt_vocab = Vocab.from_itos(state["tgt_vocab"])
+        for key, vocab in (("src_vocab_size", src_vocab),
+                           ("tgt_vocab_size", tgt_vocab)):
+            if config.pop(key, None) != len(vocab):
+                raise ValueError(f"its config's {key} differs from its vocabulary")
+        config.pop("pad_id", None)
+        model = NumberTranslator(src_vocab, tgt_vocab, state["lang"], state["scheme"],
+                                 state["morphemes"], state["max_target_len"], **config)
+        model.load_state_dict(state["state_dict"])
+    except (TypeError, ValueError, KeyError, RuntimeError) as error:
+        # load_state_dict lists every mismatched tensor; the first lines say enough.
+        raise broken(" ".join(str(error).split("\n")[:2])) from None
     model.metrics = dict(state.get("metrics", {}))
     return model.to(device or "cpu").eval()
+
+
+def _read_checkpoint(path: str):
+    """``torch.load(path, weights_only=True)``, each failure made one clear error."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path!r}: the file does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a folder, not a checkpoint file")
+    if os.path.getsize(path) == 0:
+        raise ValueError(
+            f"checkpoint {path!r} is empty (0 bytes): was its saving interrupted?")
+    try:
+        with warnings.catch_warnings():  # e.g. about a foreign file's pickle protocol
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError:
+        raise PermissionError(
+            f"cannot read checkpoint {path!r}: permission denied") from None
+    except pickle.UnpicklingError as error:
+        # PyTorch's message here advises loading with weights_only=False, which runs any
+        # code the file holds: never pass that on. A number-words checkpoint needs none.
+        if "unsupported global" in str(error).lower():
+            raise ValueError(f"{path!r} is not a number-words checkpoint: it holds "
+                             f"Python objects other than tensors and plain values, and "
+                             f"is refused (loading them could run code)") from None
+        raise ValueError(f"{path!r} is not a readable checkpoint: damaged or not a "
+                         f"PyTorch file") from None
+    except Exception:  # a damaged file: KeyError, OSError, EOFError, RuntimeError, ...
+        raise ValueError(f"{path!r} is not a readable checkpoint: truncated, damaged "
+                         f"or not a PyTorch file") from None
+
+
+def _int_at_least(minimum: int):
+    """An argparse type: an int >= ``minimum`` (argparse names the option)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def check_output_path(path: str) -> None:
+    """Raise ValueError unless a checkpoint can be written to ``path``: not a folder, in
+    a folder that exists and that we may write to (tried with a temporary file, which is
+    removed)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a folder; give a file name such as "
+                         f"{os.path.join(path, 'model.pt')!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise ValueError(f"the folder {folder!r} of {path!r} {what}; create it first")
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-probe-")
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to the folder {folder!r}: {error.strerror}") from None
+    os.close(handle)
+    os.remove(probe)
+
+
+def _check_args(parser: argparse.ArgumentParser, args) -> None:
+    """What could fail after training fails here, before any work (exit status 2)."""
+    try:
+        split_numbers(args.test_size, max(1, args.test_size // 4), args.seed)
+    except ValueError as error:
+        parser.error(f"argument --test-size: {error}")
+    try:
+        device = torch.device(args.device) if args.device is not None else None
+    except RuntimeError:
+        parser.error(f"argument --device: expected a device such as cpu or cuda, "
+                     f"got {args.device!r}")
+    mps = getattr(torch.backends, "mps", None)
+    available = {"cuda": torch.cuda.is_available(),
+                 "mps": mps is not None and mps.is_available()}
+    if device is not None and not available.get(device.type, True):
+        parser.error(f"argument --device: {args.device} was asked for, but "
+                     f"{device.type.upper()} is not available")
+    try:
+        check_output_path(args.out)
+    except ValueError as error:
+        parser.error(f"argument --out: {error}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_lib.examples.number_words",
         description="Train a Transformer to translate English number words into German or French.")
+    positive, non_negative = _int_at_least(1), _int_at_least(0)
     parser.add_argument("--lang", choices=("de", "fr"), default="de")
-    parser.add_argument("--minutes", type=float, default=None, help="training time budget")
-    parser.add_argument("--steps", type=int, default=None,
+    parser.add_argument("--minutes", type=_positive_float, default=None,
+                        help="training time budget")
+    parser.add_argument("--steps", type=positive, default=None,
                         help="training steps (default: 1000 if --minutes is not given)")
     parser.add_argument("--out", default=None, help="checkpoint path (default: number_words_LANG.pt)")
-    parser.add_argument("--train-size", type=int, default=12_000, help="training pairs to precompute")
-    parser.add_argument("--test-size", type=int, default=2000, help="held-out test numbers")
-    parser.add_argument("--batch-size", type=int, default=TRAIN_CONFIG["batch_size"])
-    parser.add_argument("--lr-factor", type=float, default=TRAIN_CONFIG["lr_factor"])
-    parser.add_argument("--warmup", type=int, default=TRAIN_CONFIG["warmup"])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--beam", type=int, default=4, help="beam size for the beam-search score")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--train-size", type=positive, default=12_000,
+                        help="training pairs to precompute")
+    parser.add_argument("--test-size", type=positive, default=2000,
+                        help="held-out test numbers")
+    parser.add_argument("--batch-size", type=positive,
+                        default=TRAIN_CONFIG["batch_size"])
+    parser.add_argument("--lr-factor", type=_positive_float,
+                        default=TRAIN_CONFIG["lr_factor"])
+    parser.add_argument("--warmup", type=positive, default=TRAIN_CONFIG["warmup"])
+    parser.add_argument("--seed", type=non_negative, default=0)
+    parser.add_argument("--beam", type=positive, default=4,
+                        help="beam size for the beam-search score")
+    parser.add_argument("--threads", type=positive, default=None,
+                        help="torch CPU threads")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
     args = parser.parse_args(argv)
+    args.out = args.out or f"number_words_{args.lang}.pt"
+    _check_args(parser, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000
@@ -338,7 +482,7 @@ def main(argv=None) -> int:
         metrics[f"test_exact_match_beam{args.beam}"] = exact_match(
             result.model, data, "test", beam_size=args.beam)["exact_match"]
         print(f"test exact match (beam {args.beam}): {metrics[f'test_exact_match_beam{args.beam}']:.4f}")
-    out = save_checkpoint(result.model, args.out or f"number_words_{args.lang}.pt", metrics)
+    out = save_checkpoint(result.model, args.out, metrics)
     print(f"saved {out}")
     for text in ("ninety-seven", "seven hundred and seventy-one thousand, eighty-one"):
         print(f"{text!r} -> {translate(result.model, text)!r}")
