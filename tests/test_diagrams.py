@@ -126,11 +126,6 @@ def test_the_prose_next_to_a_diagram_refers_to_it(path):
         ), f"{path.name} cell {index} ({name}): no Markdown cell next to it mentions the figure"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LEAD: chapters 6-9 place encoder_layer, decoder_layer "
-    "and teacher_forcing; after merging them this passes: delete this mark",
-)
 def test_every_diagram_is_placed_somewhere():
     found = draw_diagrams.placements(PAGES)
     assert all(found.values()), {
