@@ -178,7 +178,8 @@ async def _grade_all(work, sources, folder, out, timeout, kernel_name, jobs, see
             state["since"].add(key)
             begun = time.monotonic()
             outcome = await grade_notebook(sources[path], path.name, ASSIGNMENTS[assignment],
-                                           timeout=timeout, kernel_name=kernel_name, seed=seed)
+                                           timeout=timeout, kernel_name=kernel_name, seed=seed,
+                                           watched=[folder])
             state["active"].discard(key)
             outcomes[key] = outcome
             look(key)

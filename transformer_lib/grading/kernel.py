@@ -2,9 +2,10 @@
 
 The grader sends two cells of its own around the notebook's cells:
 
-- ``bootstrap()`` first (before any cell of the notebook): the notebook's check cells
+- ``bootstrap(fd)`` first (before any cell of the notebook): the notebook's check cells
   (``check_attention(...)``) then only print that the grader checks outside the kernel, so the
-  kernel never computes a verdict, and never runs a reference for them.
+  kernel never computes a verdict, and never runs a reference for them; and an audit hook
+  reports file access outside the private folder into the grader's pipe ``fd`` (``audit``).
 - ``run_plan(namespace, plan, out, nonce)`` last: the plan (written by the grader only now, with
   inputs drawn for this run) lists each task's cases; every case runs on the functions the notebook
   defined, under a ``Guard``, with fresh copies of its inputs. What came out is saved with
@@ -46,12 +47,16 @@ def _deferred(name: str):
     return check
 
 
-def bootstrap() -> None:
-    """The grader's first cell: replace the notebook-side checks by placeholders."""
+def bootstrap(channel_fd: int | None = None) -> None:
+    """The grader's first cell: replace the notebook-side checks by placeholders and, given the
+    grader's pipe, install the audit hook that reports file access outside the private folder."""
     import sys
 
     from .. import grading
+    from .audit import install
 
+    if channel_fd is not None:
+        install(channel_fd)
     for name in grading.CHECKS:
         stub = _deferred(name)
         for module in list(sys.modules.values()):

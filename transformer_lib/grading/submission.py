@@ -17,6 +17,7 @@ case counted), with the reason in the feedback.
 """
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import secrets
@@ -27,12 +28,13 @@ from pathlib import Path
 
 import torch
 
+from . import audit
 from .tasks import TASKS
 from .verdict import judge_task, plan_cases
 
 _BOOTSTRAP = ("import torch, transformer_lib  # the grader's warm-up, not timed\n"
               "from transformer_lib.grading.kernel import bootstrap as _tl_bootstrap\n"
-              "_tl_bootstrap()\n"
+              "_tl_bootstrap({fd})\n"
               "del _tl_bootstrap")
 _RUNNER = ("from transformer_lib.grading.kernel import run_plan as _tl_run_plan\n"
            "_tl_run_plan(globals(), {plan!r}, {out!r}, {nonce!r})")
@@ -87,10 +89,11 @@ def _verdicts(tasks, cases, report, reason: str) -> dict:
 
 async def grade_notebook(source: bytes, filename: str, tasks, *, timeout: float = 60.0,
                          kernel_name: str = "python3", startup_timeout: float = 120.0,
-                         seed: int | None = None) -> dict:
-    """Grade one notebook (its bytes) on ``tasks``; never raises. Returns {"status": "ok" |
-    "crashed: ..." | "timed out: ..." | "malformed: ..." | "error while grading: ...",
-    "tasks": {task: {"score", "passed", "total", "feedback", "flags"}}, "flags": [...]}."""
+                         seed: int | None = None, watched=()) -> dict:
+    """Grade one notebook (its bytes) on ``tasks``; never raises. ``watched``: folders the kernel
+    must not touch (the submissions). Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
+    | "malformed: ..." | "error while grading: ...", "tasks": {task: {"score", "passed",
+    "total", "feedback", "flags"}}, "flags": [...]}."""
     import nbformat
 
     seed = secrets.randbelow(2**31) if seed is None else seed
@@ -107,11 +110,17 @@ async def grade_notebook(source: bytes, filename: str, tasks, *, timeout: float 
         work = private / "work"
         work.mkdir()
         (work / Path(filename).name).write_bytes(source)
+        channel = audit.Channel()
         status, report, problem = await _execute(nb, private, work, tasks, cases, timeout,
-                                                 kernel_name, startup_timeout)
+                                                 kernel_name, startup_timeout, channel)
+        lines, early = await asyncio.to_thread(channel.finish)
+        found, touched = audit.findings(lines, watched, str(private))
     finally:
         shutil.rmtree(private, ignore_errors=True)
     flags = [f"results: {problem}"] if "nonce" in problem else []
+    flags += [f"while it ran, the notebook {f}" for f in found]
+    if early:
+        flags.append("the notebook closed the grader's audit channel")
     ran_to_the_end = status == "ok" or status.startswith("crashed:") and " in cell " in status
     if report is None and ran_to_the_end:  # the runner ran, yet no usable result came back
         reason = f"grading failed: {problem}"
@@ -119,79 +128,97 @@ async def grade_notebook(source: bytes, filename: str, tasks, *, timeout: float 
     else:  # why the cases that did not run did not run
         reason = "" if ran_to_the_end else status
     graded = _verdicts(tasks, cases, report, reason)
+    if touched or early:  # its outputs cannot be trusted to be its own work
+        why = ("it touched files of other submissions" if touched
+               else "it closed the grader's audit channel")
+        graded = {t: judge_task(TASKS[t], cases[t], None, f"{why} while it ran (see flags)")
+                  for t in tasks}
     for verdict in graded.values():
         flags += verdict["flags"]
     return {"status": status, "tasks": graded, "flags": flags}
 
 
-async def _execute(nb, private, work, tasks, cases, timeout, kernel_name, startup_timeout):
-    """Run the cells; return (status, report or None, problem reading the report)."""
+async def _execute(nb, private, work, tasks, cases, timeout, kernel_name, startup_timeout,
+                   channel):
+    """Start the kernel, run the cells; return (status, report or None, problem reading it)."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient.exceptions import DeadKernelError
 
     plan_path, out_path = private / "plan.pt", private / "outputs.pt"
     nonce = secrets.token_hex(16)
-    # Cell numbers in messages are the notebook's own (0-based); the grader's two cells (the
-    # bootstrap first, the runner last) are added around them.
-    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    boot = nbformat.v4.new_code_cell(_BOOTSTRAP)
+    boot = nbformat.v4.new_code_cell(_BOOTSTRAP.format(fd=channel.fd))
     runner = nbformat.v4.new_code_cell(_RUNNER.format(plan=str(plan_path), out=str(out_path),
                                                       nonce=nonce))
+    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     nb.cells = [boot, *nb.cells, runner]
     client = NotebookClient(nb, timeout=_seconds(timeout), kernel_name=kernel_name,
                             allow_errors=True, startup_timeout=_seconds(startup_timeout),
                             resources={"metadata": {"path": str(work)}})
     client.km = client.create_kernel_manager()
     client.km.connection_file = str(private / "kernel.json")
-    status = "ok"
+
+    def write_plan():  # the inputs exist only from now on: the notebook's cells never saw them
+        torch.save({"tasks": [{"task": t, "cases": plan_cases(cases[t])} for t in tasks]},
+                   plan_path)
+
     with open(private / "kernel.log", "wb") as log:
         try:
             async with client.async_setup_kernel(env=kernel_env(private, work), stdout=log,
-                                                 stderr=log):
-                # Kernel start and the imports depend on the machine's load, not on the
-                # student's code: they come first and do not count against the timeout.
-                client.timeout = _seconds(max(startup_timeout, 60.0))
-                await client.async_execute_cell(boot, 0)
-                if any(o.get("output_type") == "error" for o in boot.get("outputs", [])):
-                    return "error while grading: the grader's set-up cell failed", None, ""
-                deadline = time.monotonic() + timeout
-                for index, cell in code_cells:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return (f"timed out: still running after {timeout:g} s (before cell "
-                                f"{index})", None, "")
-                    client.timeout = _seconds(remaining)
-                    try:
-                        await client.async_execute_cell(cell, index + 1)
-                    except CellTimeoutError:
-                        return (f"timed out: still running after {timeout:g} s in cell {index} "
-                                f"({_first_line(cell.source)})", None, "")
-                    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-                    if errors and status == "ok":
-                        err = errors[0]
-                        status = (f"crashed: {err.get('ename')}: {str(err.get('evalue'))[:150]} "
-                                  f"in cell {index} ({_first_line(cell.source)})")
-                # The inputs exist only from now on: the notebook's cells never saw them.
-                torch.save({"tasks": [{"task": t, "cases": plan_cases(cases[t])} for t in tasks]},
-                           plan_path)
-                limit = max(timeout, 30.0)
-                client.timeout = _seconds(limit)
+                                                 stderr=log, pass_fds=(channel.fd,)):
+                channel.launched()
                 try:
-                    await client.async_execute_cell(runner, len(nb.cells) - 1)
-                except CellTimeoutError:
-                    status = (f"timed out: the checks of your functions did not finish in "
-                              f"{limit:g} s (an endless loop?)")
-                else:
-                    error = next((o for o in runner.get("outputs", [])
-                                  if o.get("output_type") == "error"), None)
-                    if error is not None:
-                        status = (f"crashed: grading failed ({error.get('ename')}: "
-                                  f"{str(error.get('evalue'))[:150]})")
+                    status = await _cells(client, boot, runner, code_cells, write_plan, timeout,
+                                          startup_timeout)
+                finally:
+                    channel.ending_at = time.monotonic()
         except DeadKernelError as error:
             status = f"crashed: the kernel died ({str(error)[:150]})"
         except Exception as error:
-            return (f"error while grading: {type(error).__name__}: {str(error)[:150]}",
-                    None, "")
+            status = f"error while grading: {type(error).__name__}: {str(error)[:150]}"
+    if status.startswith(("timed out: still", "error while grading")):
+        return status, None, ""
     report, problem = _load_outputs(out_path, nonce)
     return status, report, problem
+
+
+async def _cells(client, boot, runner, code_cells, write_plan, timeout, startup_timeout) -> str:
+    """The grader's bootstrap, the notebook's code cells under one deadline, the grader's runner.
+    Cell numbers in messages are the notebook's own (0-based)."""
+    from nbclient.exceptions import CellTimeoutError
+
+    # Kernel start and the imports depend on the machine's load, not on the student's code:
+    # they come first and do not count against the timeout.
+    client.timeout = _seconds(max(startup_timeout, 60.0))
+    await client.async_execute_cell(boot, 0)
+    if any(o.get("output_type") == "error" for o in boot.get("outputs", [])):
+        return "error while grading: the grader's set-up cell failed"
+    status = "ok"
+    deadline = time.monotonic() + timeout
+    for index, cell in code_cells:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return f"timed out: still running after {timeout:g} s (before cell {index})"
+        client.timeout = _seconds(remaining)
+        try:
+            await client.async_execute_cell(cell, index + 1)
+        except CellTimeoutError:
+            return (f"timed out: still running after {timeout:g} s in cell {index} "
+                    f"({_first_line(cell.source)})")
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if errors and status == "ok":
+            err = errors[0]
+            status = (f"crashed: {err.get('ename')}: {str(err.get('evalue'))[:150]} in cell "
+                      f"{index} ({_first_line(cell.source)})")
+    write_plan()
+    limit = max(timeout, 30.0)
+    client.timeout = _seconds(limit)
+    try:
+        await client.async_execute_cell(runner, len(client.nb.cells) - 1)
+    except CellTimeoutError:
+        return (f"timed out: the checks of your functions did not finish in {limit:g} s "
+                f"(an endless loop?)")
+    error = next((o for o in runner.get("outputs", []) if o.get("output_type") == "error"), None)
+    if error is not None:
+        return f"crashed: grading failed ({error.get('ename')}: {str(error.get('evalue'))[:150]})"
+    return status
