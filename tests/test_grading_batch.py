@@ -1,10 +1,12 @@
-"""Batch grading in real kernels: isolation, verdicts computed outside the kernel, the attacks of
-the hostile review, reporting, and the command line's checks before any work.
+"""Batch grading in real kernels: isolation, verdicts computed outside the kernel, the
+attacks of the hostile review, reporting, and the command line's checks before any work.
 
-One class folder holds an honest, a buggy, a crashing, a hanging and a malformed submission and
-one submission per attack; it is graded once (a module-scoped fixture: kernels are slow) and the
-tests read the rows. A second, small class uses one folder per student.
+One class folder holds an honest, a buggy, a crashing, a hanging and a malformed
+submission and one submission per attack; it is graded once (a module-scoped fixture:
+kernels are slow) and the tests read the rows. A second, small class uses one folder per
+student.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,7 +27,7 @@ STUDENT = ROOT / "assignments" / "student"
 INSTRUCTOR = ROOT / "assignments" / "instructor"
 TIMEOUT = 15
 
-GOOD = '''
+GOOD = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
@@ -34,39 +36,40 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     if mask is not None:
         weights = weights.masked_fill(mask, 0.0)
     return weights @ v, weights
-'''
+"""
 
-FORGER = '''
+FORGER = """
 import transformer_lib.grading as grading
 from transformer_lib.grading import kernel, verdict, batch, submission
-fake = {"score": 1.0, "passed": 99, "total": 99, "feedback": "all 99 cases passed", "flags": []}
+fake = {"score": 1.0, "passed": 99, "total": 99, "feedback": "all 99 cases passed",
+        "flags": []}
 verdict.judge_task = lambda *args, **kwargs: fake
 verdict.grade_namespace = lambda *args, **kwargs: {"attention": fake}
 batch.grade_notebook = submission.grade_notebook = None
 grading.check_attention = lambda fn: True
 print("attention,1.000,all 99 cases passed")
-'''
+"""
 
-WRAPPER = '''
+WRAPPER = """
 import transformer_lib as tl
 def scaled_dot_product_attention(q, k, v, mask=None):
     return tl.scaled_dot_product_attention(q, k, v, mask)
-'''
+"""
 
-IMPORTLIB = '''
+IMPORTLIB = """
 import importlib
 def scaled_dot_product_attention(q, k, v, mask=None):
     module = importlib.import_module("transformer_lib.attention")
     return module.scaled_dot_product_attention(q, k, v, mask)
-'''
+"""
 
-GETATTR = '''
+GETATTR = """
 import transformer_lib
 def scaled_dot_product_attention(q, k, v, mask=None):
     return getattr(transformer_lib, "scaled_dot" + "_product_attention")(q, k, v, mask)
-'''
+"""
 
-VANDAL = '''
+VANDAL = """
 import glob
 for name in ("good.ipynb", "buggy.ipynb", "../good.ipynb"):
     try:
@@ -75,26 +78,28 @@ for name in ("good.ipynb", "buggy.ipynb", "../good.ipynb"):
         pass
 for name in glob.glob("*.ipynb") + glob.glob("../*.ipynb"):
     print(name, len(open(name).read()))
-'''
+"""
 
-# An informed attack: the grader's command line and folder are in /proc; read the classmates'
-# notebooks there, take the honest one's function, and overwrite another classmate's file.
-INFORMED = '''
+# An informed attack: the grader's command line and folder are in /proc; read the
+# classmates' notebooks there, take the honest one's function, and overwrite another
+# classmate's file.
+INFORMED = """
 import glob, json, os
 parent = os.environ.get("JPY_PARENT_PID") or str(os.getppid())
 args = open(f"/proc/{parent}/cmdline").read().split("\\0")
 home = os.readlink(f"/proc/{parent}/cwd")
 for folder in [os.path.join(home, a) for a in args] + [os.path.dirname(SUBMISSIONS)]:
-    for path in glob.glob(os.path.join(folder, "*", "*.ipynb")) + glob.glob(os.path.join(folder, "*.ipynb")):
+    found = glob.glob(os.path.join(folder, "*", "*.ipynb"))
+    for path in found + glob.glob(os.path.join(folder, "*.ipynb")):
         if path.endswith("good.ipynb"):
             for cell in json.load(open(path))["cells"]:
                 if "def scaled_dot_product_attention" in "".join(cell["source"]):
                     exec("".join(cell["source"]))
 open(os.path.join(SUBMISSIONS, "buggy.ipynb"), "w").write("{}")
-'''
+"""
 
-MUTATOR = '''
-def scaled_dot_product_attention(q, k, v, mask=None):  # inverted polarity, then zeroes the mask
+MUTATOR = """
+def scaled_dot_product_attention(q, k, v, mask=None):  # wrong polarity, zeroes the mask
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -102,15 +107,15 @@ def scaled_dot_product_attention(q, k, v, mask=None):  # inverted polarity, then
     if mask is not None:
         mask.zero_()
     return weights @ v, weights
-'''
+"""
 
-PROBE = '''
+PROBE = """
 import json, os, sys
 seen = json.dumps([os.getcwd(), dict(os.environ), sys.argv, sys.path, os.listdir("."),
                    os.listdir(".."), get_ipython().profile_dir.location])
 if SUBMISSIONS in seen or os.path.basename(SUBMISSIONS) in seen:
     raise RuntimeError("the kernel can see where the submissions are")
-''' + GOOD
+""" + GOOD
 
 
 def _student_notebook(*cells, tasks=None):
@@ -146,7 +151,8 @@ def graded_class(tmp_path_factory):
         "mutator": _student_notebook(MUTATOR),
         "metadata": _student_notebook(
             "def sinusoidal_table(max_len, d_model):\n    raise NotImplementedError()",
-            tasks=["positional"]),
+            tasks=["positional"],
+        ),
         "probe": _student_notebook(where, PROBE),
     }
     for name, nb in notebooks.items():
@@ -155,20 +161,39 @@ def graded_class(tmp_path_factory):
     before = _files(subs)
     out = subs.parent / "grades.csv"
     lines = []
-    rows = batch.grade_folder(subs, out, timeout=TIMEOUT, jobs=2, assignments=["01_attention"],
-                              log=lines.append)
+    rows = batch.grade_folder(
+        subs,
+        out,
+        timeout=TIMEOUT,
+        jobs=2,
+        assignments=["01_attention"],
+        log=lines.append,
+    )
     with open(out, newline="", encoding="utf-8") as handle:
         table = list(csv.DictReader(handle))
-    return {"subs": subs, "before": before, "after": _files(subs), "rows": rows,
-            "csv": {row["student"]: row for row in table}, "columns": list(table[0]),
-            "log": lines}
+    return {
+        "subs": subs,
+        "before": before,
+        "after": _files(subs),
+        "rows": rows,
+        "csv": {row["student"]: row for row in table},
+        "columns": list(table[0]),
+        "log": lines,
+    }
 
 
 def test_the_csv_has_one_row_per_student_and_one_column_per_task(graded_class):
     csv_rows = graded_class["csv"]
     assert sorted(csv_rows) == sorted(p[:-6] for p in graded_class["before"])
-    assert graded_class["columns"] == ["student", "status", "attention", "total", "max_total",
-                                       "flags", "feedback"]
+    assert graded_class["columns"] == [
+        "student",
+        "status",
+        "attention",
+        "total",
+        "max_total",
+        "flags",
+        "feedback",
+    ]
     for row in csv_rows.values():
         assert 0.0 <= float(row["attention"]) <= 1.0 and row["max_total"] == "1"
     assert graded_class["log"][-1].startswith("graded 14 students (14 notebooks)")
@@ -182,22 +207,36 @@ def test_honest_and_buggy_submissions(graded_class):
     assert MISTAKES["no_scale"] in buggy["feedback"]
 
 
-def test_crashed_timed_out_and_malformed_notebooks_score_zero_with_the_reason(graded_class):
+def test_crashed_timed_out_and_malformed_notebooks_score_zero_with_the_reason(
+    graded_class,
+):
     rows = graded_class["csv"]
     crashing, hanging, malformed = rows["crashing"], rows["hanging"], rows["malformed"]
     assert crashing["status"].startswith("crashed: RuntimeError: boom in cell")
-    assert crashing["attention"] == "0.000" and "not implemented yet" in crashing["feedback"]
-    assert hanging["status"].startswith("timed out") and "(import time)" in hanging["status"]
+    assert (
+        crashing["attention"] == "0.000"
+        and "not implemented yet" in crashing["feedback"]
+    )
+    assert (
+        hanging["status"].startswith("timed out")
+        and "(import time)" in hanging["status"]
+    )
     assert malformed["status"].startswith("malformed")
     for row in (hanging, malformed):
-        assert row["attention"] == "0.000" and row["total"] == "0.000" and row["max_total"] == "1"
+        assert (
+            row["attention"] == "0.000"
+            and row["total"] == "0.000"
+            and row["max_total"] == "1"
+        )
         assert "0/10" in row["feedback"] and row["status"] in row["feedback"]
 
 
 def test_forging_the_grade_in_the_kernel_changes_nothing(graded_class):
     forger = graded_class["csv"]["forger"]
     assert forger["attention"] == "0.000" and forger["status"] == "ok"
-    assert "99" not in forger["feedback"] and "not implemented yet" in forger["feedback"]
+    assert (
+        "99" not in forger["feedback"] and "not implemented yet" in forger["feedback"]
+    )
 
 
 @pytest.mark.parametrize("name", ["wrapper", "importlib", "getattr"])
@@ -226,20 +265,24 @@ def test_the_kernel_cannot_see_where_the_submissions_are(graded_class):
 
 
 def test_vandalism_in_the_working_folder_changes_no_file(graded_class):
-    """Writing good.ipynb in the kernel's folder writes the kernel's private copy of nothing:
-    no classmate's file changes, and nobody's grade does."""
+    """Writing good.ipynb in the kernel's folder writes the kernel's private copy of
+    nothing: no classmate's file changes, and nobody's grade does."""
     row = graded_class["csv"]["vandal"]
     assert row["attention"] == "0.000"
     assert "files outside" not in row["flags"]
-    changed = {n for n in graded_class["before"] if graded_class["after"].get(n) != graded_class["before"][n]}
+    changed = {
+        n
+        for n in graded_class["before"]
+        if graded_class["after"].get(n) != graded_class["before"][n]
+    }
     assert changed <= {"buggy.ipynb"}  # only the informed attack's target (see below)
 
 
 def test_an_informed_attack_gains_nothing_and_is_flagged(graded_class):
-    """A notebook that finds the submissions through /proc, runs a classmate's solution and
-    overwrites another classmate's file: on one machine without containers the write happens
-    (see assignments/README.md), but it is flagged, scores 0, and the classmate is graded from
-    the copy read before any kernel started."""
+    """A notebook that finds the submissions through /proc, runs a classmate's solution
+    and overwrites another classmate's file: on one machine without containers the write
+    happens (see assignments/README.md), but it is flagged, scores 0, and the classmate
+    is graded from the copy read before any kernel started."""
     rows = graded_class["csv"]
     informed, buggy = rows["informed"], rows["buggy"]
     assert informed["attention"] == "0.000"
@@ -257,9 +300,9 @@ def test_the_grader_writes_no_submission(graded_class):
     assert set(graded_class["after"]) == set(graded_class["before"])
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # One folder per student, several assignments
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def student_folders(tmp_path_factory):
     subs = tmp_path_factory.mktemp("folders")
@@ -278,19 +321,27 @@ def student_folders(tmp_path_factory):
 def test_student_folders_expect_every_assignment_of_the_class(student_folders):
     rows, lines = student_folders
     alice, bob = rows["alice"], rows["bob"]
-    assert (alice["attention"], alice["masks"], alice["max_total"]) == ("1.000", "1.000", "2")
+    assert (alice["attention"], alice["masks"], alice["max_total"]) == (
+        "1.000",
+        "1.000",
+        "2",
+    )
     assert (bob["attention"], bob["masks"], bob["max_total"]) == ("1.000", "0.000", "2")
-    assert "02_masks: not submitted" in bob["status"] and "02_masks: not submitted" in bob["feedback"]
+    assert (
+        "02_masks: not submitted" in bob["status"]
+        and "02_masks: not submitted" in bob["feedback"]
+    )
     assert any("ignored scratch.ipynb" in line for line in lines)
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The command line: everything is checked before the first kernel starts
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 @pytest.fixture
 def no_kernels(monkeypatch):
     async def refuse(*args, **kwargs):
         raise AssertionError("a kernel was started")
+
     monkeypatch.setattr(batch, "grade_notebook", refuse)
 
 
@@ -311,27 +362,54 @@ def _fails(argv, capsys) -> str:
 
 @pytest.mark.parametrize("timeout", ["-5", "0", "abc", "nan", "inf"])
 def test_a_bad_timeout_is_refused(timeout, one_notebook, tmp_path, capsys, no_kernels):
-    err = _fails(["grade", str(one_notebook), "--assignment", "01_attention",
-                  "--out", str(tmp_path / "g.csv"), "--timeout", timeout], capsys)
+    err = _fails(
+        [
+            "grade",
+            str(one_notebook),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(tmp_path / "g.csv"),
+            "--timeout",
+            timeout,
+        ],
+        capsys,
+    )
     assert "timeout must be a number of seconds > 0" in err and repr(timeout) in err
 
 
 def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
-    err = _fails(["grade", str(one_notebook), "--assignment", "01_attention", "--jobs", "0",
-                  "--out", str(tmp_path / "g.csv")], capsys)
+    err = _fails(
+        [
+            "grade",
+            str(one_notebook),
+            "--assignment",
+            "01_attention",
+            "--jobs",
+            "0",
+            "--out",
+            str(tmp_path / "g.csv"),
+        ],
+        capsys,
+    )
     assert "jobs must be an int >= 1" in err
 
 
 def test_an_empty_folder_is_an_error(tmp_path, capsys, no_kernels):
     (tmp_path / "empty").mkdir()
-    err = _fails(["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "g.csv")], capsys)
+    err = _fails(
+        ["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "g.csv")], capsys
+    )
     assert "no notebooks to grade" in err
     assert not (tmp_path / "g.csv").exists()
 
 
-def test_a_missing_folder_and_an_unnamed_assignment_are_errors(one_notebook, tmp_path, capsys,
-                                                               no_kernels):
-    err = _fails(["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")], capsys)
+def test_a_missing_folder_and_an_unnamed_assignment_are_errors(
+    one_notebook, tmp_path, capsys, no_kernels
+):
+    err = _fails(
+        ["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")], capsys
+    )
     assert "does not exist" in err
     err = _fails(["grade", str(one_notebook), "--out", str(tmp_path / "g.csv")], capsys)
     assert "--assignment" in err
@@ -340,22 +418,42 @@ def test_a_missing_folder_and_an_unnamed_assignment_are_errors(one_notebook, tmp
 
 
 @pytest.mark.parametrize("where", ["missing-folder", "a-folder", "under-a-file"])
-def test_a_bad_out_is_refused_before_grading(where, one_notebook, tmp_path, capsys, no_kernels):
-    out = {"missing-folder": tmp_path / "nope" / "g.csv", "a-folder": tmp_path,
-           "under-a-file": one_notebook / "alice.ipynb" / "g.csv"}[where]
-    err = _fails(["grade", str(one_notebook), "--assignment", "01_attention", "--out", str(out)],
-                 capsys)
+def test_a_bad_out_is_refused_before_grading(
+    where, one_notebook, tmp_path, capsys, no_kernels
+):
+    out = {
+        "missing-folder": tmp_path / "nope" / "g.csv",
+        "a-folder": tmp_path,
+        "under-a-file": one_notebook / "alice.ipynb" / "g.csv",
+    }[where]
+    err = _fails(
+        ["grade", str(one_notebook), "--assignment", "01_attention", "--out", str(out)],
+        capsys,
+    )
     assert "--out" in err
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root may write anywhere")
-def test_an_unwritable_out_folder_is_refused(one_notebook, tmp_path, capsys, no_kernels):
+@pytest.mark.skipif(
+    os.name != "posix" or os.geteuid() == 0, reason="root may write anywhere"
+)
+def test_an_unwritable_out_folder_is_refused(
+    one_notebook, tmp_path, capsys, no_kernels
+):
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o500)
     try:
-        err = _fails(["grade", str(one_notebook), "--assignment", "01_attention",
-                      "--out", str(locked / "g.csv")], capsys)
+        err = _fails(
+            [
+                "grade",
+                str(one_notebook),
+                "--assignment",
+                "01_attention",
+                "--out",
+                str(locked / "g.csv"),
+            ],
+            capsys,
+        )
     finally:
         locked.chmod(0o700)
     assert "cannot write" in err
@@ -364,21 +462,43 @@ def test_an_unwritable_out_folder_is_refused(one_notebook, tmp_path, capsys, no_
 def test_the_csv_is_written_atomically(tmp_path, monkeypatch):
     out = tmp_path / "g.csv"
     out.write_text("the previous grades\n", encoding="utf-8")
-    rows = [{"student": "alice", "status": "ok", "attention": "1.000", "total": "1.000",
-             "max_total": "1", "flags": "", "feedback": ""}]
+    rows = [
+        {
+            "student": "alice",
+            "status": "ok",
+            "attention": "1.000",
+            "total": "1.000",
+            "max_total": "1",
+            "flags": "",
+            "feedback": "",
+        }
+    ]
     batch.write_csv(out, rows, ["attention"])
     assert out.read_text(encoding="utf-8").startswith("student,status,attention,total")
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
+
     monkeypatch.setattr(batch.csv.DictWriter, "writerows", broken)
     with pytest.raises(OSError):
         batch.write_csv(out, rows, ["attention"])
-    assert out.read_text(encoding="utf-8").startswith("student,status")  # the old file, whole
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.csv"]  # no temporary file left
+    assert out.read_text(encoding="utf-8").startswith(
+        "student,status"
+    )  # the old file, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "g.csv"
+    ]  # no temporary file left
 
 
 def test_the_module_entry_point_answers_help():
-    result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", "--help"],
-                            capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0 and "--assignment" in result.stdout and "--timeout" in result.stdout
+    result = subprocess.run(
+        [sys.executable, "-m", "transformer_lib.grading", "grade", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert (
+        result.returncode == 0
+        and "--assignment" in result.stdout
+        and "--timeout" in result.stdout
+    )

@@ -1,10 +1,11 @@
-"""The checks of the three newer assignments: an encoder layer, the Noam schedule and a training
-step, self-attention with a key/value cache and greedy decoding.
+"""The checks of the three newer assignments: an encoder layer, the Noam schedule and a
+training step, self-attention with a key/value cache and greedy decoding.
 
-For each: a correct implementation (written here, independently of the grader) scores full marks,
-an unfinished one scores 0, and each classic mistake the check names, written below as a small
-buggy implementation, fails with the message that names it.
+For each: a correct implementation (written here, independently of the grader) scores
+full marks, an unfinished one scores 0, and each classic mistake the check names,
+written below as a small buggy implementation, fails with the message that names it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,13 +46,15 @@ class _NotImplementedModule(nn.Module):
         raise NotImplementedError()
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The encoder layer
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 class Encoder(nn.Module):
     """An encoder layer with one switchable bug (``bug=None`` is correct)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, bug=None):
+    def __init__(
+        self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, bug=None
+    ):
         super().__init__()
         self.norm_first, self.bug, self.p = norm_first, bug, dropout
         self.self_attn = tl.MultiHeadAttention(d_model, num_heads)
@@ -62,15 +65,24 @@ class Encoder(nn.Module):
     def forward(self, x, mask=None):
         if self.bug == "polarity" and mask is not None:
             mask = ~mask
+
         def attend(h):
             return self.drop(self.self_attn(h, h, h, mask)[0])
+
         def feed(h):
             out = self.ffn(h)
-            return F.dropout(out, self.p) if self.bug == "eval_dropout" else self.drop(out)
+            return (
+                F.dropout(out, self.p) if self.bug == "eval_dropout" else self.drop(out)
+            )
+
         norm2 = self.norm1 if self.bug == "shared_norm" else self.norm2
         pre = self.norm_first != (self.bug == "placement")
         if self.bug == "no_residual":
-            return feed(norm2(attend(self.norm1(x)))) if pre else norm2(feed(self.norm1(attend(x))))
+            return (
+                feed(norm2(attend(self.norm1(x))))
+                if pre
+                else norm2(feed(self.norm1(attend(x))))
+            )
         if pre and self.bug == "residual_normed":
             h = self.norm1(x)
             x = h + attend(h)
@@ -90,14 +102,17 @@ def test_encoder_layer_correct_and_library_pass_unfinished_scores_zero():
     assert check_encoder_layer(_NotImplementedModule).score == 0.0
 
 
-@pytest.mark.parametrize("bug, key", [
-    ("placement", "encoder_norm_placement"),
-    ("no_residual", "encoder_no_residual"),
-    ("residual_normed", "encoder_residual_normed"),
-    ("shared_norm", "encoder_shared_norm"),
-    ("eval_dropout", "encoder_dropout_in_eval"),
-    ("polarity", "mask_polarity"),
-])
+@pytest.mark.parametrize(
+    "bug, key",
+    [
+        ("placement", "encoder_norm_placement"),
+        ("no_residual", "encoder_no_residual"),
+        ("residual_normed", "encoder_residual_normed"),
+        ("shared_norm", "encoder_shared_norm"),
+        ("eval_dropout", "encoder_dropout_in_eval"),
+        ("polarity", "mask_polarity"),
+    ],
+)
 def test_encoder_layer_mistakes_are_named(bug, key):
     assert_named(check_encoder_layer(functools.partial(Encoder, bug=bug)), key)
 
@@ -108,20 +123,21 @@ def test_encoder_layer_with_other_names_says_which_layers_are_needed():
             super().__init__(*args, **kwargs)
             self.ln1 = self.norm1
             del self.norm1
+
     result = check_encoder_layer(Renamed)
     assert not result and "norm1 is missing" in failure_text(result)
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # The Noam schedule
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 def noam(step, d_model, warmup, *, bug=None):
     if bug != "step_zero":
         step = max(step, 1)
-    scale = 1.0 if bug == "no_scale" else d_model ** -0.5
+    scale = 1.0 if bug == "no_scale" else d_model**-0.5
     slope = warmup ** (-0.5 if bug == "warmup_exponent" else -1.5)
     pick = max if bug == "max" else min
-    return scale * pick(step ** -0.5, step * slope)
+    return scale * pick(step**-0.5, step * slope)
 
 
 def test_noam_correct_and_library_pass():
@@ -129,17 +145,22 @@ def test_noam_correct_and_library_pass():
     assert check_noam(_not_implemented).score == 0.0
 
 
-@pytest.mark.parametrize("bug, key", [
-    ("max", "noam_max"), ("no_scale", "noam_no_scale"),
-    ("warmup_exponent", "noam_warmup_exponent"), ("step_zero", "noam_step_zero"),
-])
+@pytest.mark.parametrize(
+    "bug, key",
+    [
+        ("max", "noam_max"),
+        ("no_scale", "noam_no_scale"),
+        ("warmup_exponent", "noam_warmup_exponent"),
+        ("step_zero", "noam_step_zero"),
+    ],
+)
 def test_noam_mistakes_are_named(bug, key):
     assert_named(check_noam(functools.partial(noam, bug=bug)), key)
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # One training step
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 def step(model, src, tgt, optimizer, scheduler, label_smoothing=0.0, *, bug=None):
     model.train()
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
@@ -150,8 +171,12 @@ def step(model, src, tgt, optimizer, scheduler, label_smoothing=0.0, *, bug=None
     logits = model(src, tgt_in)
     ignore = -100 if bug == "pad_in_loss" else model.pad_id
     smoothing = 0.0 if bug == "no_smoothing" else label_smoothing
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                           ignore_index=ignore, label_smoothing=smoothing)
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        tgt_out.reshape(-1),
+        ignore_index=ignore,
+        label_smoothing=smoothing,
+    )
     if bug != "no_zero_grad":
         optimizer.zero_grad()
     loss.backward()
@@ -171,31 +196,43 @@ def test_train_step_correct_and_library_pass():
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of")
-@pytest.mark.parametrize("bug, key", [
-    ("no_shift", "ts_no_shift"), ("reversed", "ts_shift_reversed"),
-    ("pad_in_loss", "ts_pad_in_loss"), ("no_smoothing", "ts_no_smoothing"),
-    ("no_zero_grad", "ts_no_zero_grad"), ("scheduler_first", "ts_scheduler_first"),
-    ("no_scheduler_step", "ts_no_scheduler_step"), ("no_optimizer_step", "ts_no_optimizer_step"),
-])
+@pytest.mark.parametrize(
+    "bug, key",
+    [
+        ("no_shift", "ts_no_shift"),
+        ("reversed", "ts_shift_reversed"),
+        ("pad_in_loss", "ts_pad_in_loss"),
+        ("no_smoothing", "ts_no_smoothing"),
+        ("no_zero_grad", "ts_no_zero_grad"),
+        ("scheduler_first", "ts_scheduler_first"),
+        ("no_scheduler_step", "ts_no_scheduler_step"),
+        ("no_optimizer_step", "ts_no_optimizer_step"),
+    ],
+)
 def test_train_step_mistakes_are_named(bug, key):
     assert_named(check_train_step(functools.partial(step, bug=bug)), key)
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Self-attention with a key/value cache
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 class Cached(nn.Module):
     def __init__(self, d_model, num_heads, bug=None):
         super().__init__()
         self.h, self.d_k, self.bug = num_heads, d_model // num_heads, bug
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            nn.Linear(d_model, d_model) for _ in range(4))
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
 
     def split(self, x):
         return x.view(x.size(0), x.size(1), self.h, self.d_k).transpose(1, 2)
 
     def forward(self, x, cache=None):
-        q, k, v = self.split(self.q_proj(x)), self.split(self.k_proj(x)), self.split(self.v_proj(x))
+        q, k, v = (
+            self.split(self.q_proj(x)),
+            self.split(self.k_proj(x)),
+            self.split(self.v_proj(x)),
+        )
         if cache is not None:
             if "k" in cache and self.bug != "not_appended":
                 k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
@@ -220,20 +257,26 @@ def test_kv_cache_correct_passes_unfinished_scores_zero():
     class Unfinished(Cached):
         def forward(self, x, cache=None):
             raise NotImplementedError()
+
     assert check_kv_cache(Unfinished).score == 0.0
 
 
-@pytest.mark.parametrize("bug, key", [
-    ("not_appended", "kv_not_appended"), ("offset", "kv_offset_mask"),
-    ("is_causal", "kv_offset_mask"), ("no_causal", "kv_no_causal"),
-])
+@pytest.mark.parametrize(
+    "bug, key",
+    [
+        ("not_appended", "kv_not_appended"),
+        ("offset", "kv_offset_mask"),
+        ("is_causal", "kv_offset_mask"),
+        ("no_causal", "kv_no_causal"),
+    ],
+)
 def test_kv_cache_mistakes_are_named(bug, key):
     assert_named(check_kv_cache(functools.partial(Cached, bug=bug)), key)
 
 
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Greedy decoding with the model's cache
-# ------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 @torch.no_grad()
 def greedy(model, src, max_len, bos_id, eos_id, *, bug=None):
     model.eval()
@@ -264,15 +307,23 @@ def test_greedy_correct_and_library_pass():
     assert check_greedy_decode(_not_implemented).score == 0.0
 
 
-@pytest.mark.parametrize("bug, key", [
-    ("no_cache", "greedy_no_cache"), ("prefix", "greedy_prefix_with_cache"),
-    ("pad", "greedy_pad_chosen"), ("after_eos", "greedy_no_pad_after_eos"),
-    ("no_stop", "greedy_no_early_stop"),
-])
+@pytest.mark.parametrize(
+    "bug, key",
+    [
+        ("no_cache", "greedy_no_cache"),
+        ("prefix", "greedy_prefix_with_cache"),
+        ("pad", "greedy_pad_chosen"),
+        ("after_eos", "greedy_no_pad_after_eos"),
+        ("no_stop", "greedy_no_early_stop"),
+    ],
+)
 def test_greedy_mistakes_are_named(bug, key):
     result = check_greedy_decode(functools.partial(greedy, bug=bug))
     assert_named(result, key)
-    if bug == "no_cache":  # recomputation gives the right tokens: only the cache case fails
+    if (
+        bug == "no_cache"
+    ):  # recomputation gives the right tokens: only the cache case fails
         assert [name for name, ok, _ in result.cases if not ok] == [
-            "uses the key/value cache: after the first call, model.decode gets only the newest "
-            "token"]
+            "uses the key/value cache: after the first call, model.decode gets only the"
+            " newest token"
+        ]

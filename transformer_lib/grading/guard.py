@@ -1,25 +1,29 @@
 """Notice when graded code reaches a reference implementation it may not use.
 
-A task bans some references (``Task.banned``: dotted names such as ``transformer_lib.attention``
-or ``torch.nn.functional.cross_entropy``). While a student's code runs on the grader's inputs,
-``Guard`` watches it in two ways:
+A task bans some references (``Task.banned``: dotted names such as
+``transformer_lib.attention`` or ``torch.nn.functional.cross_entropy``). While a
+student's code runs on the grader's inputs, ``Guard`` watches it in two ways:
 
-1. **By the code that runs.** A profiling hook (``sys.setprofile``, and ``threading.setprofile``
-   for threads started meanwhile) sees every Python function that starts and every builtin that
-   is called. A banned module is recognised by its source file, a banned function or class by its
-   code (file, first line, name), a banned builtin by its name. So a wrapper, ``importlib``, a
-   name looked up with ``getattr``, a reference saved before grading, even ``importlib.reload`` or
-   a second copy of the module loaded from its file, are all seen: they run the same code.
-2. **By name.** Banned functions and classes are replaced, in every loaded module and in the
-   notebook's namespace, by a tripwire that records the call and raises; they are put back after.
+1. **By the code that runs.** A profiling hook (``sys.setprofile``, and
+   ``threading.setprofile`` for threads started meanwhile) sees every Python function
+   that starts and every builtin that is called. A banned module is recognised by its
+   source file, a banned function or class by its code (file, first line, name), a
+   banned builtin by its name. So a wrapper, ``importlib``, a name looked up with
+   ``getattr``, a reference saved before grading, even ``importlib.reload`` or a second
+   copy of the module loaded from its file, are all seen: they run the same code.
+2. **By name.** Banned functions and classes are replaced, in every loaded module and in
+   the notebook's namespace, by a tripwire that records the call and raises; they are
+   put back after.
 
-Calls to ``sys.setprofile``/``settrace`` (or ``gc.get_objects``, to dig out a hidden original) while
-graded code runs are recorded as tampering, and so is a hook that is no longer installed after a
-case. A hook that does not see a known call when it is installed (``sys.setprofile`` replaced)
-is tampering too. What this cannot see (in-process watching has limits) is listed in
-``assignments/README.md``: code written to switch the hook off without a Python-level call, a
-thread started before grading began, or the library's source pasted into the notebook.
+Calls to ``sys.setprofile``/``settrace`` (or ``gc.get_objects``, to dig out a hidden
+original) while graded code runs are recorded as tampering, and so is a hook that is no
+longer installed after a case. A hook that does not see a known call when it is
+installed (``sys.setprofile`` replaced) is tampering too. What this cannot see
+(in-process watching has limits) is listed in ``assignments/README.md``: code written to
+switch the hook off without a Python-level call, a thread started before grading began,
+or the library's source pasted into the notebook.
 """
+
 from __future__ import annotations
 
 import gc
@@ -30,17 +34,24 @@ import sys
 import threading
 import types
 
-_TAMPER_BUILTINS = (sys.setprofile, sys.settrace, gc.get_objects, gc.get_referrers,
-                    gc.get_referents)
+_TAMPER_BUILTINS = (
+    sys.setprofile,
+    sys.settrace,
+    gc.get_objects,
+    gc.get_referrers,
+    gc.get_referents,
+)
 _TAMPER_FUNCTIONS = (threading.setprofile, threading.settrace)
 
 
 def _sentinel() -> None:
-    """Called once when a guard starts: the hook must see it (see ``Guard.__enter__``)."""
+    """Called once when a guard starts: the hook must see it (see
+    ``Guard.__enter__``)."""
 
 
 def resolve(dotted: str):
-    """The object a dotted name refers to (module, class, function or builtin), or None."""
+    """The object a dotted name refers to (module, class, function or builtin), or
+    None."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -70,9 +81,10 @@ def _functions_of(cls) -> list[types.FunctionType]:
 
 
 class Guard:
-    """``with Guard(banned) as guard: ...``; afterwards ``guard.hits`` lists the banned references
-    that were reached (labels such as ``transformer_lib.attention.masked_softmax``) and
-    ``guard.tampered`` what interfered with the watch."""
+    """``with Guard(banned) as guard: ...``; afterwards ``guard.hits`` lists the banned
+    references that were reached (labels such as
+    ``transformer_lib.attention.masked_softmax``) and ``guard.tampered`` what interfered
+    with the watch."""
 
     def __init__(self, banned=(), namespaces=()):
         self.hits: list[str] = []
@@ -85,17 +97,20 @@ class Guard:
         self._poison: dict[int, tuple[object, str]] = {}  # id -> (object, label)
         self._cache: dict[types.CodeType, str | None] = {}
         self._restore: list[tuple[dict, str, object]] = []
-        self._hook = self._profile  # one bound method, so that it can be compared by identity
+        self._hook = (
+            self._profile
+        )  # one bound method, so that it can be compared by identity
         self._previous = (None, None)
         self._active = False
         for dotted in banned:
             self._ban(dotted)
         for function in _TAMPER_FUNCTIONS:
             self._codes[_code_key(function.__code__, self._real)] = (
-                f"TAMPER:threading.{function.__name__}")
+                f"TAMPER:threading.{function.__name__}"
+            )
         self._codes[_code_key(_sentinel.__code__, self._real)] = "SENTINEL"
 
-    # -- what is banned ---------------------------------------------------------------------
+    # -- what is banned ----------------------------------------------------------------
     def _real(self, path: str) -> str:
         real = self._real_paths.get(path)
         if real is None:
@@ -110,12 +125,14 @@ class Guard:
             path = getattr(obj, "__file__", None)
             if path:
                 self._files[self._real(path)] = obj.__name__
+            # PyTorch's modules are watched by their file only: their classes are used
+            # inside PyTorch itself, which a tripwire in their place could break.
             if not obj.__name__.startswith("transformer_lib."):
-                return  # PyTorch's modules are watched by their file only: their classes are
-                # used inside PyTorch itself, which a tripwire in their place could break
+                return
             for name, value in vars(obj).items():
-                if ((inspect.isfunction(value) or inspect.isclass(value))
-                        and getattr(value, "__module__", None) == obj.__name__):
+                if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(
+                    value, "__module__", None
+                ) == obj.__name__:
                     self._poison[id(value)] = (value, f"{obj.__name__}.{name}")
         elif inspect.isclass(obj):
             for function in _functions_of(obj):
@@ -136,7 +153,7 @@ class Guard:
             return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
         return self._codes.get((path, code.co_firstlineno, code.co_name))
 
-    # -- watching -----------------------------------------------------------------------------
+    # -- watching ----------------------------------------------------------------------
     def _profile(self, frame, event, arg):
         if not self._active:
             return
@@ -153,7 +170,9 @@ class Guard:
             if label is not None:
                 self._record(label)
             elif any(arg is item for item in _TAMPER_BUILTINS):
-                self._record(f"TAMPER:{getattr(arg, '__module__', '') or 'sys'}.{arg.__name__}")
+                self._record(
+                    f"TAMPER:{getattr(arg, '__module__', '') or 'sys'}.{arg.__name__}"
+                )
 
     def _record(self, label: str) -> None:
         if label.startswith("TAMPER:"):
@@ -166,16 +185,22 @@ class Guard:
     def _tripwire(self, label: str):
         def tripwire(*args, **kwargs):
             self._record(label)
-            raise RuntimeError(f"{label} is not available while your code is graded: "
-                               f"write your own implementation.")
+            raise RuntimeError(
+                f"{label} is not available while your code is graded: "
+                "write your own implementation."
+            )
+
         tripwire.__name__ = label.rsplit(".", 1)[-1]
         return tripwire
 
     def _lay_tripwires(self) -> None:
         if not self._poison:
             return
-        dicts = [vars(m) for m in list(sys.modules.values())
-                 if isinstance(getattr(m, "__dict__", None), dict)]
+        dicts = [
+            vars(m)
+            for m in list(sys.modules.values())
+            if isinstance(getattr(m, "__dict__", None), dict)
+        ]
         for namespace in dicts + self._namespaces:
             for key, value in list(namespace.items()):
                 hit = self._poison.get(id(value))
@@ -201,8 +226,10 @@ class Guard:
         if "SENTINEL" in self.hits:
             self.hits.remove("SENTINEL")
         else:
-            self.tampered.append("the grader's watch (sys.setprofile) does not work in this "
-                                 "kernel (was sys.setprofile replaced?)")
+            self.tampered.append(
+                "the grader's watch (sys.setprofile) does not work in this "
+                "kernel (was sys.setprofile replaced?)"
+            )
         return self
 
     def __exit__(self, *exc) -> None:

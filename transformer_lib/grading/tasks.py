@@ -1,11 +1,13 @@
-"""The graded tasks and the assignments that hold them: the instructor's side of grading.
+"""The graded tasks and the assignments that hold them: the instructor's side of
+grading.
 
-``TASKS`` maps a task to its ``Task`` (the names a notebook defines, the check, the references its
-code may not use). ``ASSIGNMENTS`` maps each assignment (the instructor notebook's file name,
-without ``.ipynb``) to its tasks. Batch grading takes the task list from here, never from a
-submitted notebook's metadata (a student can edit that); ``tests/test_assignments.py`` keeps it
-equal to the instructor notebooks' metadata.
+``TASKS`` maps a task to its ``Task`` (the names a notebook defines, the check, the
+references its code may not use). ``ASSIGNMENTS`` maps each assignment (the instructor
+notebook's file name, without ``.ipynb``) to its tasks. Batch grading takes the task
+list from here, never from a submitted notebook's metadata (a student can edit that);
+``tests/test_assignments.py`` keeps it equal to the instructor notebooks' metadata.
 """
+
 from __future__ import annotations
 
 from . import (
@@ -21,8 +23,18 @@ from . import (
     train_step,
 )
 
-_MODULES = (attention, masks, multihead, loss, positional, encoder, noam, train_step, kv_cache,
-            greedy)
+_MODULES = (
+    attention,
+    masks,
+    multihead,
+    loss,
+    positional,
+    encoder,
+    noam,
+    train_step,
+    kv_cache,
+    greedy,
+)
 TASKS = {module.TASK.name: module.TASK for module in _MODULES}
 
 ASSIGNMENTS = {

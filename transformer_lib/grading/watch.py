@@ -1,11 +1,12 @@
-"""Notice files that changed while submissions ran: the submissions folder, the library, the places
-Python and Jupyter read code from at start-up.
+"""Notice files that changed while submissions ran: the submissions folder, the library,
+the places Python and Jupyter read code from at start-up.
 
-A snapshot maps each file to (size, mtime, ctime, inode). The ctime cannot be set back by a
-program (``os.utime`` sets mtime and atime only), so any write, rename or ``chmod`` shows, even one
-that restores the old mtime. Nothing is hashed and nothing is written: watching is cheap enough to
-repeat after every notebook.
+A snapshot maps each file to (size, mtime, ctime, inode). The ctime cannot be set back
+by a program (``os.utime`` sets mtime and atime only), so any write, rename or ``chmod``
+shows, even one that restores the old mtime. Nothing is hashed and nothing is written:
+watching is cheap enough to repeat after every notebook.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,11 @@ def _stat(path: str):
 
 
 def snapshot(roots, shallow=(), ignore=()) -> dict[str, tuple]:
-    """{path: stat} for every file and folder under ``roots`` (recursively, links not followed)
-    and for the entries directly inside each of ``shallow`` (site-packages: a new ``.pth`` file
-    there would run code in every later Python process). Paths in ``ignore`` are skipped."""
+    """{path: stat} for every file and folder under ``roots`` (recursively, links not
+    followed) and for the entries directly inside each of ``shallow`` (site-packages: a
+    new ``.pth`` file there would run code in every later Python process). Paths in
+    ``ignore`` are skipped.
+    """
     ignore = {os.path.abspath(p) for p in ignore}
     found: dict[str, tuple] = {}
     for root in roots:
@@ -45,14 +48,17 @@ def snapshot(roots, shallow=(), ignore=()) -> dict[str, tuple]:
             continue
         for name in os.listdir(folder):
             path = os.path.join(folder, name)
-            if path not in ignore:  # a package folder: only whether it is there (imports
+            if (
+                path not in ignore
+            ):  # a package folder: only whether it is there (imports
                 # write caches inside); a file (.pth, sitecustomize.py): all of it
                 found[path] = "folder" if os.path.isdir(path) else _stat(path)
     return found
 
 
-# Files that change by themselves: IPython's history of the instructor's own sessions (grading
-# kernels keep theirs in their private folder), and the grader's own temporary files.
+# Files that change by themselves: IPython's history of the instructor's own sessions
+# (grading kernels keep theirs in their private folder), and the grader's own temporary
+# files.
 _NOISE = ("history.sqlite", "history.sqlite-journal", "history.sqlite-wal")
 
 
@@ -62,29 +68,41 @@ def _noise(path: str) -> bool:
 
 
 def changes(before: dict, after: dict) -> list[str]:
-    """What differs, in words: ``changed: PATH``, ``created: PATH``, ``deleted: PATH``. A folder
-    whose only change is that an entry inside it changed is not listed again."""
+    """What differs, in words: ``changed: PATH``, ``created: PATH``, ``deleted: PATH``.
+    A folder whose only change is that an entry inside it changed is not listed
+    again."""
     created = sorted(p for p in set(after) - set(before) if not _noise(p))
     deleted = sorted(p for p in set(before) - set(after) if not _noise(p))
-    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p] and not _noise(p))
+    changed = sorted(
+        p for p in set(before) & set(after) if before[p] != after[p] and not _noise(p)
+    )
     listed = set(created) | set(deleted) | set(changed)
     parents = {os.path.dirname(p) for p in listed | {p for p in after if _noise(p)}}
     changed = [p for p in changed if p not in parents or os.path.isfile(p)]
-    return ([f"created: {p}" for p in created] + [f"deleted: {p}" for p in deleted]
-            + [f"changed: {p}" for p in changed])
+    return (
+        [f"created: {p}" for p in created]
+        + [f"deleted: {p}" for p in deleted]
+        + [f"changed: {p}" for p in changed]
+    )
 
 
 def watched_places(submissions) -> tuple[list[str], list[str]]:
-    """(recursive roots, shallow folders) to watch while grading ``submissions``: the submissions,
-    this library, IPython's and Jupyter's folders (start-up files and kernel configuration), and
-    the site-packages folders."""
+    """(recursive roots, shallow folders) to watch while grading ``submissions``: the
+    submissions, this library, IPython's and Jupyter's folders (start-up files and
+    kernel configuration), and the site-packages folders."""
     import transformer_lib
 
     home = Path.home()
-    roots = [str(submissions), str(Path(transformer_lib.__file__).parent),
-             str(home / ".ipython"), str(home / ".jupyter")]
+    roots = [
+        str(submissions),
+        str(Path(transformer_lib.__file__).parent),
+        str(home / ".ipython"),
+        str(home / ".jupyter"),
+    ]
     shallow = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
-    user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    user_site = (
+        site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    )
     if isinstance(user_site, str):
         shallow.append(user_site)
     shallow += [p for p in sys.path if p.endswith("site-packages") and p not in shallow]
