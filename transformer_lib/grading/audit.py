@@ -109,13 +109,18 @@ def install(fd: int) -> None:
 # --------------------------------------------------------------------------------------
 class Channel:
     """The pipe: ``fd`` goes to the kernel (``pass_fds``); a thread here reads until
-    EOF."""
+    EOF. Where a file descriptor cannot be handed to a child (Windows), there is no
+    channel: ``fd`` is None and nothing is reported."""
 
     def __init__(self):
-        self._read, self.fd = os.pipe()
         self._data = bytearray()
         self._eof_at = None
         self.ending_at = None  # set when the grader starts shutting the kernel down
+        self._thread = None
+        if os.name != "posix":
+            self._read = self.fd = None
+            return
+        self._read, self.fd = os.pipe()
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
 
@@ -139,6 +144,8 @@ class Channel:
         """(lines as (what, detail), whether the kernel closed the pipe before
         shutdown)."""
         self.launched()
+        if self._thread is None:
+            return [], False
         self._thread.join(wait)
         early = (
             self._eof_at is not None

@@ -237,7 +237,7 @@ async def _execute(
                 env=kernel_env(private, work),
                 stdout=log,
                 stderr=log,
-                pass_fds=(channel.fd,),
+                pass_fds=() if channel.fd is None else (channel.fd,),
             ):
                 channel.launched()
                 try:
