@@ -2,12 +2,18 @@
 student notebooks (up to date, no solution inside), and what the checks say about both versions."""
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+
+import transformer_lib
 
 from transformer_lib.assignments import (
     CODE_STUB,
@@ -17,8 +23,10 @@ from transformer_lib.assignments import (
     make_student,
     strip_regions,
 )
-from transformer_lib.grading import TASKS
-from transformer_lib.grading.batch import grade_namespace
+from transformer_lib.grading import ASSIGNMENTS, TASKS
+from transformer_lib.grading.guard import resolve
+from transformer_lib.grading.nbgrader import points
+from transformer_lib.grading.verdict import grade_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTOR = ROOT / "assignments" / "instructor"
@@ -26,13 +34,30 @@ STUDENT = ROOT / "assignments" / "student"
 NOTEBOOKS = sorted(p.name for p in INSTRUCTOR.glob("*.ipynb"))
 
 
-def test_there_are_at_least_four_assignments_covering_the_tasks():
-    assert len(NOTEBOOKS) >= 4
-    tasks = set()
+def test_the_grader_s_assignment_list_is_the_instructor_notebooks():
+    """Batch grading takes each assignment's tasks from ASSIGNMENTS (never from a submission's
+    metadata): it must say what the instructor notebooks say, and cover every task."""
+    assert sorted(ASSIGNMENTS) == [name[:-len(".ipynb")] for name in NOTEBOOKS]
     for name in NOTEBOOKS:
         nb = nbformat.read(INSTRUCTOR / name, as_version=4)
-        tasks.update(nb.metadata["transformer_lib"]["tasks"])
-    assert {"attention", "masks", "multihead", "loss"} <= tasks <= set(TASKS)
+        assert tuple(nb.metadata["transformer_lib"]["tasks"]) == ASSIGNMENTS[name[:-6]], name
+    assert {t for tasks in ASSIGNMENTS.values() for t in tasks} == set(TASKS)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_setup_cell_hands_out_no_reference_of_the_task(name):
+    """The locked setup cell imports the checks and, at most, library pieces the task allows."""
+    nb = nbformat.read(INSTRUCTOR / name, as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    assert "import transformer_lib as tl" not in setup.source and "tl." not in setup.source
+    banned = [resolve(d) for t in ASSIGNMENTS[name[:-6]] for d in TASKS[t].banned]
+    banned_modules = {b.__name__ for b in banned if isinstance(b, type(transformer_lib))}
+    for line in setup.source.splitlines():
+        if line.startswith("from transformer_lib import "):
+            for imported in line.split(" import ")[1].split(","):
+                obj = getattr(transformer_lib, imported.strip())
+                assert obj.__module__ not in banned_modules, (name, imported)
+                assert obj not in banned, (name, imported)
 
 
 def test_committed_student_notebooks_are_up_to_date():
@@ -50,7 +75,7 @@ def _run_and_grade(folder, name) -> dict:
                         and not c.source.startswith("# Colab setup"))
     namespace: dict = {}
     exec(compile(code, name, "exec"), namespace)  # nothing may raise at top level
-    return grade_namespace(namespace, nb.metadata["transformer_lib"]["tasks"])
+    return grade_namespace(namespace, ASSIGNMENTS[name[:-len(".ipynb")]])
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -66,15 +91,10 @@ def test_untouched_student_notebooks_run_and_score_zero(name):
     assert all("not implemented yet" in info["feedback"] for info in graded.values())
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_student_notebooks_hold_no_solution_and_no_output(name):
-    instructor = nbformat.read(INSTRUCTOR / name, as_version=4)
-    student = nbformat.read(STUDENT / name, as_version=4)
-    assert len(instructor.cells) == len(student.cells)
-    student_text = "\n".join(c.source for c in student.cells)
-    assert "### BEGIN SOLUTION" not in student_text and "### END SOLUTION" not in student_text
-    solution_lines = []
-    for cell in instructor.cells:
+def _solution_lines(nb) -> list[str]:
+    """The lines between the solution markers (long enough to be telling)."""
+    found = []
+    for cell in nb.cells:
         inside = False
         for line in cell.source.splitlines():
             if line.strip() == "### BEGIN SOLUTION":
@@ -82,11 +102,29 @@ def test_student_notebooks_hold_no_solution_and_no_output(name):
             elif line.strip() == "### END SOLUTION":
                 inside = False
             elif inside and len(line.strip()) > 12:
-                solution_lines.append(line.strip())
+                found.append(line.strip())
+    return found
+
+
+def _assert_no_solution(instructor, student) -> None:
+    assert len(instructor.cells) == len(student.cells)
+    student_text = "\n".join(c.source for c in student.cells)
+    assert "### BEGIN SOLUTION" not in student_text and "### END SOLUTION" not in student_text
+    solution_lines = _solution_lines(instructor)
     assert solution_lines
     student_lines = {line.strip() for line in student_text.splitlines()}
     leaked = [line for line in solution_lines if line in student_lines]
     assert not leaked, leaked
+    for cell in student.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], cell.source
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_student_notebooks_hold_no_solution_and_no_output(name):
+    instructor = nbformat.read(INSTRUCTOR / name, as_version=4)
+    student = nbformat.read(STUDENT / name, as_version=4)
+    _assert_no_solution(instructor, student)
     stubs = [line for c in student.cells if c.cell_type == "code" for line in c.source.splitlines()
              if line.strip() == CODE_STUB[1]]
     assert len(stubs) == sum(c.source.count("### BEGIN SOLUTION") for c in instructor.cells)
@@ -184,3 +222,47 @@ def test_module_entry_point_runs():
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("unchanged") == len(NOTEBOOKS)
+
+
+# ------------------------------------------------------------------------------------------------
+# nbgrader
+# ------------------------------------------------------------------------------------------------
+def test_nbgrader_generate_assignment_accepts_the_instructor_notebooks(tmp_path):
+    """The real nbgrader makes the student versions of our instructor notebooks (in a course
+    folder of its own): they hold no solution, no output, and the same cells as our build."""
+    course = tmp_path / "course"
+    source = course / "source" / "ps1"
+    source.mkdir(parents=True)
+    for name in NOTEBOOKS:
+        shutil.copy(INSTRUCTOR / name, source / name)
+    (course / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.CourseDirectory.course_id = "tested-transformer"\n', encoding="utf-8")
+    # nbgrader runs the `alembic` command: it must be on PATH (it is in an activated venv).
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ.get("PATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "ps1"],
+                            cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in NOTEBOOKS:
+        released = nbformat.read(course / "release" / "ps1" / name, as_version=4)
+        instructor = nbformat.read(INSTRUCTOR / name, as_version=4)
+        _assert_no_solution(instructor, released)
+        ours = nbformat.read(STUDENT / name, as_version=4)
+        assert [c.source for c in released.cells] == [c.source for c in ours.cells], name
+
+
+def test_nbgrader_autograder_cells_get_points(capsys):
+    """The documented autograder test cell: points(task, globals(), out_of=...) evaluates to the
+    points (nbgrader's partial credit), prints the feedback and writes nothing to stderr."""
+    nb = nbformat.read(INSTRUCTOR / "04_loss.ipynb", as_version=4)
+    namespace: dict = {}
+    code = "\n\n".join(c.source for c in nb.cells if c.cell_type == "code"
+                        and not c.source.startswith(("# Colab setup", "check_")))
+    exec(compile(code, "04_loss", "exec"), namespace)
+    assert points("loss", namespace, out_of=10) == 10.0
+    out = capsys.readouterr()
+    assert "all 11 cases passed" in out.out and out.err == ""
+    namespace["masked_cross_entropy"] = transformer_lib.masked_cross_entropy  # borrowed
+    assert points("loss", namespace, out_of=10) == 0.0
+    with pytest.raises(ValueError, match="task must be one of"):
+        points("nothing", namespace)

@@ -1,50 +1,57 @@
 """GradeResult: the outcome of one check, case by case, readable by a student."""
+
 from __future__ import annotations
 
 import html
 import traceback
 
-
-NOT_IMPLEMENTED = ("not implemented yet: your code still raises NotImplementedError (replace "
-                   "`raise NotImplementedError()` with your solution).")
+NOT_IMPLEMENTED = (
+    "not implemented yet: your code still raises NotImplementedError (replace "
+    "`raise NotImplementedError()` with your solution)."
+)
 
 
 class Failed(Exception):
-    """Raised inside a case to report a failure in words (the message is shown to the student)."""
+    """Raised inside a case to report a failure in words (the message is shown to the
+    student)."""
 
 
 class GradeResult:
     """The outcome of one check: a list of cases, each ``(name, passed, message)``.
 
     ``bool(result)`` is True only when there is at least one case and every case passed.
-    ``result.score`` is the fraction of cases passed (0.0 to 1.0). ``print(result)`` (or displaying
-    it in Jupyter) shows one line per case with a tick or a cross, and for each failure what was
-    expected, what was found and, when recognised, the name of the classic mistake.
+    ``result.score`` is the fraction of cases passed (0.0 to 1.0). ``print(result)`` (or
+    displaying it in Jupyter) shows one line per case with a tick or a cross, and for
+    each failure what was expected, what was found and, when recognised, the name of the
+    classic mistake.
     """
 
     def __init__(self, title: str, cases=None):
         self.title = title
         self.cases: list[tuple[str, bool, str]] = list(cases or [])
 
-    # -- building ---------------------------------------------------------------------------
+    # -- building ----------------------------------------------------------------------
     def add(self, name: str, passed: bool, message: str = "") -> None:
         self.cases.append((name, bool(passed), message))
 
     def run(self, name: str, case) -> bool:
-        """Run ``case()``; it passes unless it raises. Never lets an exception escape."""
+        """Run ``case()``; it passes unless it raises. Never lets an exception
+        escape."""
         try:
             case()
         except Failed as failure:
             self.add(name, False, str(failure))
         except NotImplementedError:
             self.add(name, False, NOT_IMPLEMENTED)
-        except Exception as error:  # the student's code crashed: report it, do not crash
+        except (
+            Exception
+        ) as error:  # the student's code crashed: report it, do not crash
             self.add(name, False, describe_exception(error))
         else:
             self.add(name, True, "")
         return self.cases[-1][1]
 
-    # -- reading ----------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------
     @property
     def passed(self) -> int:
         return sum(1 for _, ok, _ in self.cases if ok)
@@ -76,7 +83,9 @@ class GradeResult:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        verdict = "all passed" if self else "some failed" if self.total else "nothing checked"
+        verdict = (
+            "all passed" if self else "some failed" if self.total else "nothing checked"
+        )
         lines = [f"{self.title}: {self.passed}/{self.total} cases passed ({verdict})"]
         for (name, ok, _), shown in zip(self.cases, self._shown_messages()):
             lines.append(f"  {'✓' if ok else '✗'} {name}")
@@ -84,9 +93,10 @@ class GradeResult:
         return "\n".join(lines)
 
     def _shown_messages(self) -> list[str]:
-        """The message to show for each case, shortened when it repeats an earlier one: an
-        identical message becomes "(same problem as above)", and a repeated explanation (the
-        lines after the first) is replaced by "(same mistake as above)"."""
+        """The message to show for each case, shortened when it repeats an earlier one:
+        an identical message becomes "(same problem as above)", and a repeated
+        explanation (the lines after the first) is replaced by "(same mistake as
+        above)"."""
         shown, seen_messages, seen_hints = [], set(), set()
         for _, ok, msg in self.cases:
             if ok or not msg:
@@ -113,21 +123,37 @@ class GradeResult:
         for (name, ok, _), shown in zip(self.cases, self._shown_messages()):
             mark = "&#10003;" if ok else "&#10007;"
             mark_colour = "#1a7f37" if ok else "#cf222e"
-            detail = "" if not shown else (
-                f"<div style='margin:2px 0 6px 1.6em;white-space:pre-wrap'>{html.escape(shown)}</div>")
-            rows.append(f"<div><span style='color:{mark_colour};font-weight:bold'>{mark}</span> "
-                        f"{html.escape(name)}{detail}</div>")
-        return (f"<div style='font-family:monospace'><div style='color:{colour};font-weight:bold'>"
-                f"{html.escape(self.title)}: {self.passed}/{self.total} cases passed</div>"
-                + "".join(rows) + "</div>")
+            detail = (
+                ""
+                if not shown
+                else (
+                    "<div style='margin:2px 0 6px"
+                    f" 1.6em;white-space:pre-wrap'>{html.escape(shown)}</div>"
+                )
+            )
+            rows.append(
+                f"<div><span style='color:{mark_colour};font-weight:bold'>{mark}</span>"
+                f" {html.escape(name)}{detail}</div>"
+            )
+        return (
+            "<div style='font-family:monospace'><div"
+            f" style='color:{colour};font-weight:bold'>{html.escape(self.title)}:"
+            f" {self.passed}/{self.total} cases passed</div>"
+            + "".join(rows)
+            + "</div>"
+        )
 
 
 def describe_exception(error: BaseException) -> str:
-    """One short paragraph for a student: the exception, and the line of *their* code that raised."""
+    """One short paragraph for a student: the exception, and the line of *their* code
+    that raised."""
     text = f"Your code raised {type(error).__name__}: {error}"
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if "transformer_lib" not in f.filename.replace("\\", "/")
-              and "/torch/" not in f.filename.replace("\\", "/")]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if "transformer_lib" not in f.filename.replace("\\", "/")
+        and "/torch/" not in f.filename.replace("\\", "/")
+    ]
     if frames:
         last = frames[-1]
         where = f"line {last.lineno}" + (f": {last.line.strip()}" if last.line else "")
@@ -138,9 +164,14 @@ def describe_exception(error: BaseException) -> str:
 
 def _hint_for(message: str) -> str:
     if "view size is not compatible" in message:
-        return ("`.view()` needs a contiguous tensor; the inputs here are non-contiguous (e.g. a "
-                "transposed tensor). Use `.reshape()` or call `.contiguous()` first.")
+        return (
+            "`.view()` needs a contiguous tensor; the inputs here are non-contiguous"
+            " (e.g. a transposed tensor). Use `.reshape()` or call `.contiguous()`"
+            " first."
+        )
     if "expected scalar type" in message or "must have the same dtype" in message:
-        return ("keep the input's dtype: do not create new tensors with a fixed dtype (float32); "
-                "use Python numbers or `dtype=x.dtype`.")
+        return (
+            "keep the input's dtype: do not create new tensors with a fixed dtype"
+            " (float32); use Python numbers or `dtype=x.dtype`."
+        )
     return ""

@@ -1,252 +1,344 @@
-"""Batch grading: run every submitted notebook in a fresh kernel, grade it, write one CSV row each.
+"""Batch grading of a class: every submitted notebook in its own kernel, one CSV row per
+student.
 
-How a notebook is graded:
-1. It is read with nbformat (a file that cannot be read or validated is reported as ``malformed``).
-2. A fresh Jupyter kernel starts in the notebook's folder and imports torch and transformer_lib
-   (a warm-up, not timed: it depends on the machine's load, not on the student's code). Then the
-   notebook's code cells run under one deadline for all of them (``timeout`` seconds). Errors in
-   cells do not stop the run (like nbgrader's autograder), so functions defined after a broken
-   cell can still be graded; the first error is reported in the ``status`` column as
-   ``crashed: ...``. A notebook that does not finish in time is interrupted and reported as
-   ``timed out``; its kernel is shut down.
-3. In the same kernel, a grading cell looks up the graded names (``TASKS``) in the notebook's
-   namespace, runs the checks on them and writes the results as JSON to a temporary file (a file,
-   not stdout, so that a notebook that redirects or silences printing cannot break grading).
+Layouts of the submissions folder:
 
-Which tasks a notebook is graded on: the tasks listed in its metadata
-``metadata["transformer_lib"]["tasks"]`` (set in the instructor notebooks, kept in the student ones),
-otherwise every task whose names it defines. A task it should have but whose names are missing
-scores 0 with a message saying which name is missing.
+- one notebook per student, ``SUBMISSIONS/alice.ipynb``: the student is ``alice``; every
+  notebook is graded on the one assignment given with ``--assignment``;
+- one folder per student, ``SUBMISSIONS/alice/**/01_attention.ipynb`` (nbgrader's
+  ``submitted/`` layout too): each notebook is graded on the assignment its file is
+  named after. The class is expected to hand in every assignment found (or those given
+  with ``--assignment``); a missing one scores 0.
 
-Students are named after the files: ``SUBMISSIONS/alice.ipynb`` is ``alice``; a sub-folder
-``SUBMISSIONS/alice/`` holding several notebooks is one student, ``alice``, graded on all of them.
+The tasks of an assignment come from ``tasks.ASSIGNMENTS`` (the instructor's side),
+never from the notebook: its metadata is the student's to edit. Before any kernel
+starts, the arguments, the output path and the folder are checked, and every notebook is
+read into memory: grading uses those copies, so a submission that overwrites a
+classmate's file changes nothing but the file (and is flagged: see ``watch``). The CSV
+is written at the end, atomically (a temporary file renamed over the target), and a
+summary is printed.
 """
+
 from __future__ import annotations
 
 import asyncio
 import csv
-import json
 import math
 import os
 import tempfile
 import time
 from pathlib import Path
 
-from . import TASKS
+from . import watch
+from .submission import grade_notebook
+from .tasks import ASSIGNMENTS
 
-COLUMNS = ["student", "status", *TASKS, "total", "max_total", "feedback"]
-
-_GRADING_CELL = '''\
-import json as _tl_json
-from transformer_lib.grading.batch import grade_namespace as _tl_grade_namespace
-with open({path!r}, "w", encoding="utf-8") as _tl_file:
-    _tl_json.dump(_tl_grade_namespace(globals(), {tasks!r}), _tl_file)
-'''
+FIXED_COLUMNS = ("student", "status")
+END_COLUMNS = ("total", "max_total", "flags", "feedback")
 
 
-def grade_namespace(namespace: dict, tasks=None) -> dict:
-    """Grade the functions found in ``namespace``: {task: {"score", "passed", "total", "feedback"}}.
-
-    ``tasks``: the tasks to grade (None: every task whose names appear in the namespace).
-    """
-    import transformer_lib as tl
-
-    if tasks is None:
-        tasks = [t for t, (names, _) in TASKS.items() if any(n in namespace for n in names)]
-    out = {}
-    for task in tasks:
-        names, check = TASKS[task]
-        present = [n for n in names if n in namespace]
-        if not present:
-            out[task] = {"score": 0.0, "passed": 0, "total": 0,
-                         "feedback": f"{task}: not found: define {' / '.join(names)} in the notebook."}
-            continue
-        borrowed = [n for n in present if namespace[n] is getattr(tl, n, None)]
-        if borrowed:
-            out[task] = {"score": 0.0, "passed": 0, "total": 0,
-                         "feedback": f"{task}: {', '.join(borrowed)} is the library's own "
-                                     f"implementation (transformer_lib.{borrowed[0]}); write your own."}
-            continue
-        try:
-            result = check(namespace)
-        except Exception as error:  # a check must not crash; if it does, say so
-            out[task] = {"score": 0.0, "passed": 0, "total": 0,
-                         "feedback": f"{task}: the checker failed: {type(error).__name__}: {error}"}
-            continue
-        missing = [n for n in names if n not in namespace]
-        feedback = result.feedback()
-        if missing:
-            feedback += f"\n(not found, not graded: {', '.join(missing)})"
-        out[task] = {"score": result.score, "passed": result.passed, "total": result.total,
-                     "feedback": feedback}
-    return out
-
-
-def _expected_tasks(nb) -> list[str] | None:
-    meta = nb.metadata.get("transformer_lib", {})
-    tasks = meta.get("tasks") if isinstance(meta, dict) else None
-    if isinstance(tasks, list) and tasks and all(t in TASKS for t in tasks):
-        return list(tasks)
-    return None
-
-
-def _seconds(value: float) -> int:
-    """nbclient's timeouts are whole seconds."""
-    return max(1, math.ceil(value))
-
-
-def _first_line(source: str) -> str:
-    lines = [line for line in source.splitlines() if line.strip()]
-    return lines[0].strip()[:80] if lines else ""
-
-
-_WARM_UP = "import torch, transformer_lib.grading  # warm-up by the grader, not timed"
-
-
-async def _run_notebook(path: Path, timeout: float, kernel_name: str, startup_timeout: float) -> dict:
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
+# --------------------------------------------------------------------------------------
+# Checking the arguments, before any work
+# --------------------------------------------------------------------------------------
+def check_timeout(timeout) -> float:
+    """A number of seconds > 0 (``ValueError`` otherwise, naming the argument)."""
     try:
-        nb = nbformat.read(path, as_version=4)
-        nbformat.validate(nb)
-    except Exception as error:
-        first = str(error).splitlines()[0][:200] if str(error) else ""
-        return {"status": f"malformed: {type(error).__name__}: {first}", "tasks": {}}
-    tasks = _expected_tasks(nb)
-    # Cell numbers in messages are the notebook's own (0-based); the grader's two cells (warm-up
-    # first, grading last) are added around them.
-    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "result.json")
-        warm_up = nbformat.v4.new_code_cell(_WARM_UP)
-        grading = nbformat.v4.new_code_cell(_GRADING_CELL.format(path=result_path, tasks=tasks))
-        nb.cells = [warm_up, *nb.cells, grading]
-        client = NotebookClient(nb, timeout=_seconds(timeout), kernel_name=kernel_name, allow_errors=True,
-                                startup_timeout=_seconds(startup_timeout),
-                                resources={"metadata": {"path": str(path.parent)}})
-        status = "ok"
-        try:
-            async with client.async_setup_kernel():
-                # Kernel start and the library import depend on the machine's load, not on the
-                # student's code: they are done first and not counted against the timeout.
-                client.timeout = _seconds(max(startup_timeout, 60.0))
-                await client.async_execute_cell(warm_up, 0)
-                deadline = time.monotonic() + timeout
-                for index, cell in code_cells:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return {"status": f"timed out: still running after {timeout:g} s "
-                                          f"(before cell {index})", "tasks": {}}
-                    client.timeout = _seconds(remaining)
-                    try:
-                        await client.async_execute_cell(cell, index + 1)
-                    except CellTimeoutError:
-                        return {"status": f"timed out: still running after {timeout:g} s in cell "
-                                          f"{index} ({_first_line(cell.source)})", "tasks": {}}
-                    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-                    if errors and status == "ok":
-                        err = errors[0]
-                        status = (f"crashed: {err.get('ename')}: {str(err.get('evalue'))[:150]} "
-                                  f"in cell {index} ({_first_line(cell.source)})")
-                client.timeout = _seconds(max(timeout, 30.0))  # the checks themselves
-                try:
-                    await client.async_execute_cell(grading, len(nb.cells) - 1)
-                except CellTimeoutError:
-                    return {"status": f"timed out: the checks of your functions did not finish in "
-                                      f"{max(timeout, 30.0):g} s (an endless loop?)", "tasks": {}}
-        except DeadKernelError as error:
-            return {"status": f"crashed: the kernel died ({str(error)[:150]})", "tasks": {}}
-        except Exception as error:
-            return {"status": f"error while grading: {type(error).__name__}: {str(error)[:150]}",
-                    "tasks": {}}
-        try:
-            with open(result_path, encoding="utf-8") as handle:
-                graded = json.load(handle)
-        except (OSError, ValueError):
-            err = next((o for o in grading.get("outputs", []) if o.get("output_type") == "error"), None)
-            why = f"{err.get('ename')}: {err.get('evalue')}" if err else "no result"
-            return {"status": f"crashed: grading failed ({why[:200]})", "tasks": {}}
-    if tasks is None and not graded and status == "ok":
-        status = "ok (no graded function found)"
-    return {"status": status, "tasks": graded}
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"timeout must be a number of seconds > 0, got {timeout!r}"
+        ) from None
+    if isinstance(timeout, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    return value
 
 
-def run_notebook(path, timeout: float = 60.0, kernel_name: str = "python3",
-                 startup_timeout: float = 120.0) -> dict:
-    """Execute one notebook in a fresh kernel and grade it; never raises.
-
-    Returns {"status": "ok" | "crashed: ..." | "timed out: ..." | "malformed: ...",
-    "tasks": {task: {"score", "passed", "total", "feedback"}}}.
-    """
-    return asyncio.run(_run_notebook(Path(path), timeout, kernel_name, startup_timeout))
+def check_jobs(jobs) -> int:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    return jobs
 
 
-def _students(folder: Path) -> list[tuple[str, list[Path]]]:
-    entries = []
-    for item in sorted(folder.iterdir()):
-        if item.name.startswith("."):
-            continue
-        if item.is_file() and item.suffix == ".ipynb":
-            entries.append((item.stem, [item]))
-        elif item.is_dir():
-            notebooks = sorted(p for p in item.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-            if notebooks:
-                entries.append((item.name, notebooks))
-    return entries
+def check_out(out) -> Path:
+    """The CSV path must be a file we can create: its folder exists and is writable."""
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(
+            f"--out {str(path)!r} is a folder; give a file name such as grades.csv"
+        )
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(
+            f"--out {str(path)!r}: the folder {str(folder)!r} does not exist"
+        )
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".grades-check-"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"--out {str(path)!r}: cannot write in {str(folder)!r} "
+            f"({error.strerror or error})"
+        ) from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"--out {str(path)!r} exists and is not writable")
+    return path
 
 
-def grade_folder(folder, out=None, timeout: float = 60.0, kernel_name: str = "python3",
-                 jobs: int = 2, log=print) -> list[dict]:
-    """Grade every student in ``folder`` (``jobs`` notebooks at a time, each in its own kernel);
-    write the CSV to ``out`` (if given); return the rows, one per student, sorted by name."""
+def check_assignments(assignments) -> list[str]:
+    names = list(assignments or [])
+    unknown = [a for a in names if a not in ASSIGNMENTS]
+    if unknown:
+        raise ValueError(
+            f"unknown assignment {unknown[0]!r}; the assignments are "
+            f"{', '.join(ASSIGNMENTS)}"
+        )
+    return names
+
+
+# --------------------------------------------------------------------------------------
+# Who handed in what
+# --------------------------------------------------------------------------------------
+def collect(folder: Path, assignments: list[str]):
+    """[(student, [(assignment, path)])], the expected assignments, and notes on ignored
+    files."""
+    students, notes = [], []
+    flat = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.suffix == ".ipynb" and not p.name.startswith(".")
+    )
+    if flat and len(assignments) != 1:
+        raise ValueError(
+            f"{str(folder)!r} holds one notebook per student ({flat[0].name}, ...): say"
+            " which assignment they are with --assignment (one of"
+            f" {', '.join(ASSIGNMENTS)})"
+        )
+    for path in flat:
+        students.append((path.stem, [(assignments[0], path)]))
+    for sub in sorted(
+        p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+    ):
+        notebooks = sorted(
+            p for p in sub.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+        )
+        matched = [(p.stem, p) for p in notebooks if p.stem in ASSIGNMENTS]
+        if not matched and len(assignments) == 1 and len(notebooks) == 1:
+            matched = [
+                (assignments[0], notebooks[0])
+            ]  # alice/whatever.ipynb, one assignment
+        for p in notebooks:
+            if all(p != q for _, q in matched):
+                notes.append(
+                    f"{sub.name}: ignored {p.relative_to(sub)} (not named after an "
+                    "assignment)"
+                )
+        if assignments:
+            matched = [(a, p) for a, p in matched if a in assignments]
+        if matched or notebooks:
+            students.append((sub.name, matched))
+    expected = assignments or sorted({a for _, work in students for a, _ in work})
+    if not any(work for _, work in students):
+        raise ValueError(f"no notebooks to grade in {str(folder)!r}")
+    return students, expected, notes
+
+
+# --------------------------------------------------------------------------------------
+# Grading
+# --------------------------------------------------------------------------------------
+def grade_folder(
+    folder,
+    out=None,
+    timeout: float = 60.0,
+    kernel_name: str = "python3",
+    jobs: int = 2,
+    assignments=None,
+    seed: int | None = None,
+    log=print,
+) -> list[dict]:
+    """Grade every student in ``folder`` (``jobs`` notebooks at a time, each in its own
+    kernel); write the CSV to ``out`` (if given); return the rows, one per student,
+    sorted by name.
+
+    Everything is checked before the first kernel starts: ``ValueError`` for a missing
+    folder, an empty one, a bad ``timeout``/``jobs``/``out``/``assignments``."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"submissions folder {str(folder)!r} does not exist or is not a folder")
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
-    students = _students(folder)
-    work = [(student, nb_path) for student, notebooks in students for nb_path in notebooks]
+        raise ValueError(
+            f"submissions folder {str(folder)!r} does not exist or is not a folder"
+        )
+    timeout, jobs = check_timeout(timeout), check_jobs(jobs)
+    out = check_out(out) if out is not None else None
+    students, expected, notes = collect(folder, check_assignments(assignments))
+    for note in notes:
+        if log:
+            log(note)
+    work = [
+        (student, assignment, path)
+        for student, items in students
+        for assignment, path in items
+    ]
+    sources = {
+        path: path.read_bytes() for _, _, path in work
+    }  # graded from these copies
+    started = time.monotonic()
+    outcomes = asyncio.run(
+        _grade_all(work, sources, folder, out, timeout, kernel_name, jobs, seed, log)
+    )
+    tasks = [t for a in expected for t in ASSIGNMENTS[a]]
+    rows = [_row(student, items, expected, outcomes) for student, items in students]
+    if out is not None:
+        write_csv(out, rows, tasks)
+    if log:
+        log(summary(rows, tasks, len(work), time.monotonic() - started))
+    return rows
 
-    async def run_all():
-        gate = asyncio.Semaphore(jobs)
 
-        async def one(student, nb_path):
-            async with gate:
-                started = time.monotonic()
-                outcome = await _run_notebook(nb_path, timeout, kernel_name, 120.0)
-                if log:
-                    log(f"{student} ({nb_path.name}): {outcome['status']} "
-                        f"[{time.monotonic() - started:.1f} s]")
-                return outcome
+async def _grade_all(work, sources, folder, out, timeout, kernel_name, jobs, seed, log):
+    gate = asyncio.Semaphore(jobs)
+    roots, shallow = watch.watched_places(folder)
+    ignore = [str(out)] if out is not None else []
+    state = {
+        "last": watch.snapshot(roots, shallow, ignore),
+        "active": set(),
+        "since": set(),
+    }
 
-        return await asyncio.gather(*(one(s, p) for s, p in work))
+    def look(key) -> None:
+        """Files changed since the last look: blame the runs active meanwhile."""
+        now = watch.snapshot(roots, shallow, ignore)
+        found = watch.changes(state["last"], now)
+        state["last"] = now
+        blamed, state["since"] = state["since"] | {key}, set(state["active"])
+        if found:
+            shown = "; ".join(found[:5]) + (
+                f" and {len(found) - 5} more" if len(found) > 5 else ""
+            )
+            for other in blamed:
+                others = sorted(f"{s} ({p.name})" for s, _, p in blamed - {other})
+                company = (
+                    f" (running at the same time: {', '.join(others)})"
+                    if others
+                    else ""
+                )
+                flags.setdefault(other, []).append(
+                    f"files outside its private folder changed while it ran{company}:"
+                    f" {shown}"
+                )
 
-    outcomes = dict(zip(work, asyncio.run(run_all()))) if work else {}
-    rows = []
-    for student, notebooks in students:
-        statuses, scores, feedback = [], {}, []
-        for nb_path in notebooks:
-            outcome = outcomes[(student, nb_path)]
-            prefix = f"{nb_path.name}: " if len(notebooks) > 1 else ""
+    outcomes, flags = {}, {}
+
+    async def one(key):
+        student, assignment, path = key
+        async with gate:
+            state["active"].add(key)
+            state["since"].add(key)
+            begun = time.monotonic()
+            outcome = await grade_notebook(
+                sources[path],
+                path.name,
+                ASSIGNMENTS[assignment],
+                timeout=timeout,
+                kernel_name=kernel_name,
+                seed=seed,
+                watched=[folder],
+            )
+            state["active"].discard(key)
+            outcomes[key] = outcome
+            look(key)
+            if log:
+                log(
+                    f"{student} ({path.name}): {outcome['status']} "
+                    f"[{time.monotonic() - begun:.1f} s]"
+                )
+
+    await asyncio.gather(*(one(key) for key in work))
+    for key, found in flags.items():
+        outcomes[key]["flags"] += found
+    return outcomes
+
+
+def _row(student, items, expected, outcomes) -> dict:
+    statuses, scores, feedback, flags = [], {}, [], []
+    several = len(expected) > 1 or len(items) > 1
+    for assignment in expected:
+        mine = [(a, p) for a, p in items if a == assignment]
+        if not mine:
+            statuses.append(f"{assignment}: not submitted")
+            for task in ASSIGNMENTS[assignment]:
+                scores.setdefault(task, 0.0)
+            feedback.append(
+                f"{assignment}: not submitted (0 on"
+                f" {', '.join(ASSIGNMENTS[assignment])})"
+            )
+            continue
+        for a, path in mine:
+            outcome = outcomes[(student, a, path)]
+            prefix = f"{path.name}: " if several else ""
             statuses.append(prefix + outcome["status"])
             if outcome["status"] != "ok":
                 feedback.append(prefix + outcome["status"])
-            for task, info in outcome["tasks"].items():
-                if task not in scores or info["score"] > scores[task]:
-                    scores[task] = info["score"]
-                feedback.append(info["feedback"])
-        row = {"student": student, "status": "; ".join(statuses)}
-        for task in TASKS:
-            row[task] = f"{scores[task]:.3f}" if task in scores else ""
-        row["total"] = f"{sum(scores.values()):.3f}"
-        row["max_total"] = str(len(scores))
-        row["feedback"] = "\n".join(feedback)
-        rows.append(row)
-    if out is not None:
-        with open(out, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            flags += [prefix + f for f in outcome["flags"]]
+            for task, verdict in outcome["tasks"].items():
+                if task not in scores or verdict["score"] > scores[task]:
+                    scores[task] = verdict["score"]
+                feedback.append(verdict["feedback"])
+    row = {"student": student, "status": "; ".join(statuses)}
+    for task, score in scores.items():
+        row[task] = f"{score:.3f}"
+    row["total"] = f"{sum(scores.values()):.3f}"
+    row["max_total"] = str(len(scores))
+    row["flags"] = "\n".join(dict.fromkeys(flags))
+    row["feedback"] = "\n".join(feedback)
+    return row
+
+
+def write_csv(out: Path, rows, tasks) -> None:
+    """Write the rows atomically: a temporary file in the same folder, renamed over
+    ``out``."""
+    columns = [*FIXED_COLUMNS, *tasks, *END_COLUMNS]
+    handle = tempfile.NamedTemporaryFile(
+        "w",
+        dir=out.parent or ".",
+        prefix=".grades-",
+        suffix=".csv",
+        delete=False,
+        newline="",
+        encoding="utf-8",
+    )
+    try:
+        with handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, restval="")
             writer.writeheader()
             writer.writerows(rows)
-    return rows
+        os.replace(handle.name, out)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def summary(rows, tasks, notebooks: int, seconds: float) -> str:
+    """A few lines for the end of a run: counts, mean per task, who is flagged."""
+    lines = [f"graded {len(rows)} students ({notebooks} notebooks) in {seconds:.1f} s"]
+    for task in tasks:
+        values = [float(r[task]) for r in rows if r.get(task)]
+        if values:
+            full = sum(v == 1.0 for v in values)
+            lines.append(
+                f"  {task:12} mean {sum(values) / len(values):.3f}, full marks {full}/"
+                f"{len(values)}"
+            )
+    problems = [
+        r["student"]
+        for r in rows
+        if any(
+            s.split(": ", 1)[-1].startswith(
+                ("crashed", "timed out", "malformed", "error", "grading")
+            )
+            for s in r["status"].split("; ")
+        )
+    ]
+    if problems:
+        lines.append(f"  did not run cleanly: {', '.join(problems)}")
+    flagged = [r["student"] for r in rows if r["flags"]]
+    lines.append(f"  flagged: {', '.join(flagged) if flagged else 'none'}")
+    return "\n".join(lines)

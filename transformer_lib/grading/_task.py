@@ -1,0 +1,213 @@
+"""Tasks and cases: how a check is split between the student's process and the grader's.
+
+A check is a list of ``Case``s. Each case has two halves:
+
+- ``call`` runs on the student's side. It feeds the case's inputs (fresh copies, every
+  time) to the student's code and returns what came out as plain data: tensors, numbers,
+  strings, lists and dicts (``run_case``). It decides nothing.
+- ``judge`` runs on the grader's side. It compares that data with the reference
+  implementation on the same inputs and raises ``Failed`` with a message for the
+  student, naming the classic mistake when it recognises one. A case passes only when
+  its judge accepts the data.
+
+``check_attention(fn)`` and friends run both halves in one process (feedback in a
+notebook). Batch grading runs ``call`` in the student's kernel and ``judge`` in the
+grading process, so nothing a notebook does to its own kernel can change how its outputs
+are judged.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ._result import NOT_IMPLEMENTED, Failed, GradeResult, describe_exception
+
+
+@dataclass
+class Case:
+    """One test case: ``name`` (shown to the student), ``call`` (a key of the task's
+    ``callers``), ``inputs`` (tensors and plain values), ``judge(inputs, outputs)``
+    (raises ``Failed``), ``uses`` (the graded names it needs), ``args`` (input keys
+    handed to the student's code: changing one of them in place is a mistake)."""
+
+    name: str
+    call: str
+    inputs: dict
+    judge: Callable[[dict, object], None]
+    uses: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+
+@dataclass
+class Task:
+    """A graded task: the names a notebook defines, how to test them, what they may not
+    use.
+
+    ``make_cases(present, seed)`` builds the cases for the graded names in ``present``;
+    ``seed`` 0 gives the fixed inputs of the notebook checks, batch grading draws a
+    fresh one per run. ``banned``: dotted names of the reference implementations that
+    graded code must not reach (see ``guard``). ``rules``: the same in words, for the
+    student.
+    """
+
+    name: str
+    title: str
+    names: tuple[str, ...]
+    callers: dict[str, Callable[[dict, dict], object]]
+    make_cases: Callable[[tuple[str, ...], int], list[Case]]
+    banned: tuple[str, ...] = ()
+    rules: str = ""
+    notes: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------
+# The student's side: run one case, send back plain data.
+# --------------------------------------------------------------------------------------
+def fresh(value):
+    """A deep copy of the tensors in ``value`` (strides kept: a non-contiguous input
+    stays so)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: fresh(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(fresh(v) for v in value)
+    return value
+
+
+def export(value, depth: int = 0):
+    """``value`` as plain data that ``torch.load(weights_only=True)`` reads back:
+    detached CPU tensors (subclasses stripped), numbers, strings, None, lists and dicts.
+    Anything else becomes ``{"__opaque__": type name}``, so the judge can say what was
+    returned instead."""
+    if depth > 6:
+        return {"__opaque__": type(value).__name__}
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        if type(tensor) is not torch.Tensor:
+            tensor = tensor.as_subclass(torch.Tensor)
+        if tensor.layout != torch.strided:
+            tensor = tensor.to_dense()
+        return tensor.to("cpu", copy=True)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [export(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): export(v, depth + 1) for k, v in value.items()}
+    return {"__opaque__": type(value).__name__}
+
+
+def _changed(after, before) -> bool:
+    if not isinstance(after, torch.Tensor) or after.shape != before.shape:
+        return True
+    if after.dtype != before.dtype:
+        return True
+    if torch.equal(after, before):
+        return False
+    return not (
+        before.is_floating_point()
+        and torch.allclose(after, before, rtol=0.0, atol=0.0, equal_nan=True)
+    )
+
+
+def run_case(task: Task, call: str, objs: dict, inputs: dict, uses=(), args=()) -> dict:
+    """Run one case on the student's code; never raises. Returns {"value": ...} or
+    {"error": text} / {"failed": text} / {"missing": [names]}, plus "mutated": [input
+    names].
+    """
+    missing = [name for name in uses if name not in objs]
+    if missing:
+        return {"missing": missing, "mutated": []}
+    given = fresh(inputs)
+    try:
+        out = {"value": export(task.callers[call](objs, given))}
+    except Failed as failure:  # the caller found the result unusable (e.g. not a pair)
+        out = {"failed": str(failure)}
+    except NotImplementedError:
+        out = {"error": NOT_IMPLEMENTED, "not_implemented": True}
+    except (Exception, SystemExit) as error:  # the student's code crashed: report it
+        out = {
+            "error": describe_exception(error),
+            "error_type": type(error).__name__,
+            "error_message": str(error)[:1000],
+        }
+    out["mutated"] = [
+        name
+        for name in args
+        if isinstance(inputs.get(name), torch.Tensor)
+        and _changed(given[name], inputs[name])
+    ]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The grader's side: judge what came back.
+# --------------------------------------------------------------------------------------
+def returned(outputs, inputs: dict | None = None):
+    """The value the student's code returned, or ``Failed`` for what went wrong
+    instead."""
+    if not isinstance(outputs, dict):
+        raise Failed("no result came back for this case.")
+    if outputs.get("missing"):
+        names = " / ".join(str(n) for n in outputs["missing"])
+        raise Failed(f"not found: define {names} in the notebook.")
+    if "failed" in outputs:
+        raise Failed(str(outputs["failed"]))
+    if "error" in outputs:
+        raise Failed(str(outputs["error"]))
+    mutated = outputs.get("mutated") or []
+    if mutated:
+        name = str(mutated[0])
+        others = (
+            f" (also: {', '.join(map(str, mutated[1:]))})" if len(mutated) > 1 else ""
+        )
+        raise Failed(
+            f"Your function changed its input {name} in place{others}; it must not"
+            f" modify its inputs (avoid in-place ops like {name}.mul_(),"
+            f" {name}.masked_fill_(...) or {name} /= ...)."
+        )
+    if "value" not in outputs:
+        raise Failed("no result came back for this case.")
+    return outputs["value"]
+
+
+def judge_case(result: GradeResult, case: Case, outputs) -> bool:
+    """Add the case's verdict to ``result``. Only ``Failed`` is a student's mistake; any
+    other exception here means the data could not be checked, which fails the case
+    too."""
+    try:
+        case.judge(case.inputs, outputs)
+    except Failed as failure:
+        result.add(case.name, False, str(failure))
+    except Exception as error:
+        result.add(
+            case.name,
+            False,
+            f"could not check this case ({type(error).__name__}: {str(error)[:200]}).",
+        )
+    else:
+        result.add(case.name, True, "")
+    return result.cases[-1][1]
+
+
+def run_check(
+    task: Task, objs: dict, result: GradeResult | None = None, seed: int = 0
+) -> GradeResult:
+    """Both halves in this process: the notebook checks (``check_attention(fn)``,
+    ...)."""
+    result = result or GradeResult(task.title)
+    present = tuple(name for name in task.names if objs.get(name) is not None)
+    objs = {name: objs[name] for name in present}
+    for case in task.make_cases(present, seed):
+        outputs = run_case(task, case.call, objs, case.inputs, case.uses, case.args)
+        judge_case(result, case, outputs)
+    return result
