@@ -19,6 +19,8 @@ import yaml
 from conftest import need, tool
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import draw_diagrams  # noqa: E402
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # the CLI installed next to this Python (jupyter_book has no __main__ module)
 JUPYTER_BOOK = tool("jupyter-book") or "jupyter-book"
@@ -35,6 +37,14 @@ def toc_pages() -> list[str]:
     return pages
 
 
+def diagrams_on(page_path: str) -> int:
+    """How many diagrams (scripts/draw_diagrams.py) the page places: cells, or SVG figures."""
+    source = next(ROOT.glob(f"{page_path}.*"), None)
+    if source is None or source.suffix not in {".ipynb", ".md"}:
+        return 0
+    return sum(len(where) for where in draw_diagrams.placements([source]).values())
+
+
 def chapter_notebooks() -> list[Path]:
     return sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
@@ -43,6 +53,22 @@ def test_every_chapter_is_in_the_toc():
     listed = set(toc_pages())
     missing = [nb.name for nb in chapter_notebooks() if f"book/{nb.stem}" not in listed]
     assert not missing, f"chapters missing from _toc.yml: {missing}"
+
+
+@pytest.mark.parametrize("config", ["_config.yml", "_config_student.yml"])
+def test_the_build_ignores_a_virtualenv_in_the_checkout(tmp_path, config):
+    # The README's quick start makes .venv/ at the repository root, then builds the book there;
+    # Sphinx reads every source file it finds that exclude_patterns does not exclude.
+    from sphinx.util.matching import get_matching_files
+
+    for name in [".venv/lib/python3.11/site-packages/pkg/README.md", "venv/lib/x/README.md",
+                 "env/lib/python3.11/site-packages/pkg/LICENSE.md", "book/intro.md",
+                 "book/01_word_embedding.ipynb"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("---\n: not yaml\n---\n")
+    patterns = yaml.safe_load((ROOT / config).read_text())["exclude_patterns"]
+    found = sorted(get_matching_files(tmp_path, exclude_patterns=patterns))
+    assert found == ["book/01_word_embedding.ipynb", "book/intro.md"], found
 
 
 @pytest.fixture(scope="session")
@@ -124,6 +150,10 @@ def test_page_renders_offline(page_path, server, browser):
     broken = page.evaluate(
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
     assert not broken, f"images that did not load: {broken}"
+    shown = page.evaluate(  # diagram cells hold an inline PNG with alt text; intro.md an SVG
+        "Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0 && i.alt &&"
+        " (i.src.startsWith('data:image/png;base64,') || i.src.endsWith('.svg'))).length")
+    assert shown == diagrams_on(page_path), f"{diagrams_on(page_path)} diagrams placed, {shown} shown"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{Path(page_path).name}.png"), full_page=False)
     page.close()

@@ -63,7 +63,8 @@ def test_positional_plots_and_lines():
     fig = viz.plot_positional_curves(table, dims=(0, 1))
     lines = fig.axes[0].get_lines()
     np.testing.assert_allclose(lines[1].get_ydata(), table[:, 1].numpy())
-    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["i=0 (sin)", "i=1 (cos)"]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["column 0 (sin, pair 0)", "column 1 (cos, pair 0)"]
 
 
 def test_history_plot_has_one_panel_per_key():

@@ -199,7 +199,8 @@ def plot_positional_curves(table, dims: Sequence[int] = (0, 1, 4, 5, 10, 11), *,
         check_int("dims", d, 0, values.shape[1] - 1)
     positions = np.arange(values.shape[0])
     kind = {0: "sin", 1: "cos"}
-    series = {f"i={d} ({kind[d % 2]})": values[:, d] for d in dims}
+    # j names a column, i a sine/cosine pair (the paper's 2i, 2i+1): column j is in pair j // 2
+    series = {f"column {d} ({kind[d % 2]}, pair {d // 2})": values[:, d] for d in dims}
     return plot_lines(positions, series, title=title, xlabel="position", ylabel="PE value", ax=ax)
 
 

@@ -119,7 +119,7 @@ def positional_explorer(d_model: int = 64, max_position: int = 64) -> Explorer:
         viz.plot_positional_table(table, title=f"PE table, d_model={d_model}", ax=left)
         dims = [d for d in (0, 1, d_model // 4, d_model // 2) if d < d_model]
         viz.plot_positional_curves(table, dims=sorted(set(dims)), ax=right,
-                                   title="PE[pos, i] for a few dimensions i")
+                                   title="PE[pos, j] for a few columns j")
         return fig
 
     controls = {"d_model": _int_slider("d_model", d_model, 8, 256, 8),
