@@ -8,7 +8,9 @@ it from the repository. This script rebuilds that situation on this machine and 
 2. a fake ``google.colab`` module, imported at start-up as in Colab, so the setup cell runs;
 3. a clone of this repository's committed HEAD, and each chapter's setup cell pointed at it
    (``git+file://...``) instead of GitHub;
-4. every chapter executed top to bottom in that virtualenv's kernel;
+4. every chapter executed top to bottom in that virtualenv's kernel, offline
+   (``HF_HUB_OFFLINE=1``: this machine cannot reach the Hugging Face Hub, so the cells that
+   download a pretrained model take their offline path and print a message, as they must);
 5. the versions of the pinned packages compared before and after: the setup cell must upgrade
    none of them.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -36,6 +39,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import colab_cell  # noqa: E402
 
 PINS = ROOT / "scripts" / "colab_pins.txt"
+# Where Colab has internet this machine has none: without this, every download attempt of a
+# needs-internet cell retries for about 25 s before it gives up.
+KERNEL_ENV = {"HF_HUB_OFFLINE": "1"}
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 # Executed inside the Colab-like venv: run one notebook, print a JSON verdict.
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         point_setup_cell(copy, repo, commit)
         print(f"== {chapter.name}", flush=True)
         run = subprocess.run([str(python), "-c", RUNNER, str(copy), str(copy.parent)],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, env={**os.environ, **KERNEL_ENV})
         try:
             verdict = json.loads(run.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):

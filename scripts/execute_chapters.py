@@ -13,6 +13,8 @@ library's version rather than on the chapter's code (see ``tidy``):
   explorers store a PNG of their default state and a plain-text description beside the widget);
 - the ``Software`` text chunk that Matplotlib writes into every PNG (its version);
 - stream outputs split differently by the kernel's timing (consecutive ones are merged);
+- the outputs of cells that nbval skips (``# NBVAL_SKIP``: they need what a build does not have,
+  such as internet); this script does not run them either;
 - (and it collapses every solution cell: input, and output of solution code, out of sight);
 and it writes the kernel metadata that JupyterLab itself would write.
 
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbval.plugin import find_comment_markers, find_metadata_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformer_lib.assignments.exercises import SOLUTION_TAG  # noqa: E402
@@ -69,6 +72,24 @@ def _merge_streams(outputs: list) -> list:
     return merged
 
 
+def not_executed(cell) -> bool:
+    """Whether nbval skips this cell (``# NBVAL_SKIP``, read by nbval's own parser, or the
+    ``nbval-skip`` tag): such a cell needs what a build lacks, so it is not run here."""
+    if cell.cell_type != "code":
+        return False
+    markers = set(find_comment_markers(cell.source)) | set(find_metadata_tags(cell.metadata))
+    return ("skip", True) in markers
+
+
+class _Client(NotebookClient):
+    """nbclient's executor, leaving out the cells nbval skips."""
+
+    async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+        if not_executed(cell):
+            return cell
+        return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+
+
 def tidy(nb: nbformat.NotebookNode, language_info: dict | None = None) -> nbformat.NotebookNode:
     """The canonical stored form of an executed notebook (see the module docstring)."""
     nb = copy.deepcopy(nb)
@@ -86,6 +107,9 @@ def tidy(nb: nbformat.NotebookNode, language_info: dict | None = None) -> nbform
                 cell.metadata["cellView"] = "form"
         if cell.cell_type != "code":
             continue
+        if not_executed(cell):  # not run: no outputs, not even stale ones
+            cell.outputs, cell.execution_count = [], None
+            continue
         outputs = []
         for output in cell.outputs:
             data = output.get("data")
@@ -101,11 +125,11 @@ def tidy(nb: nbformat.NotebookNode, language_info: dict | None = None) -> nbform
 
 
 def execute(path: Path, timeout: int = 900) -> nbformat.NotebookNode:
-    """Run every cell of the notebook at ``path`` in a fresh kernel, in its folder; tidy the result."""
+    """Run the notebook at ``path`` in a fresh kernel, in its folder, every cell but those nbval
+    skips; tidy the result."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}},
-                            record_timing=False)
+    client = _Client(nb, timeout=timeout, kernel_name="python3",
+                     resources={"metadata": {"path": str(path.parent)}}, record_timing=False)
     client.execute()
     return tidy(nb, language_info=nb.metadata.get("language_info"))
 
