@@ -554,7 +554,8 @@ OWN_CASES = [
         "greedy_model_not_transformer",
         lambda: _greedy(model=nn.Linear(2, 2)),
         TypeError,
-        r"model must be a tl\.Transformer, got Linear",
+        r"model must be a tl\.Transformer or have its decoding interface.*Linear has no "
+        r"encode, decode, pad_id, decoder\.new_cache",
     ),
     (
         "greedy_eos_id_out_of_vocab",
