@@ -4,12 +4,12 @@ The pairs come from the ``num2words`` package, computed on the spot (nothing is 
 split is *by number*: a test number is never seen in training, in any form, so test exact match
 measures whether the model learned the rules, not whether it memorised pairs.
 
-Numbers are drawn *across magnitudes*: first a digit count (1 to 6), then a number with that many
-digits. Drawn uniformly from 0..999,999, 90% of the numbers would have six digits, and the model
-would hardly ever see "seven" or "forty-two" on their own. Within a magnitude, zero digits are
-drawn more often than one in ten (``zero_prob``): round numbers, groups that are zero
-(800,066) and endings like 01 are exactly the patterns a model gets wrong when it sees them
-rarely.
+Numbers are drawn *across magnitudes*: first a digit count (1 to 6), then a number with
+that many digits. Drawn uniformly from 0..999,999, 90% of the numbers would have six
+digits, and the model would hardly ever see "seven" or "forty-two" on their own. Within
+a magnitude, zero digits are drawn more often than one in ten (``zero_prob``): round
+numbers, groups that are zero (800,066) and endings like 01 are the patterns a model
+gets wrong when it sees them rarely.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from .vocab import Vocab
 
 MAX_NUMBER = 999_999
 LANGS = ("en", "de", "fr")
-# Chance that a digit after the leading one is 0 in a sampled training number (uniform: 0.1).
+# Chance that a digit after the leading one is 0 in a training number (uniform: 0.1).
 ZERO_PROB = 0.25
 
 
@@ -71,15 +71,19 @@ def _spread(total: int, caps: list[int]) -> list[int]:
     return counts
 
 
-def _draw_digits(rng: np.random.Generator, digits: np.ndarray, zero_prob: float) -> np.ndarray:
-    """One number per entry of ``digits`` (N,), with that many digits: the leading digit uniform in
-    1-9 (0-9 for one digit), each later digit 0 with probability ``zero_prob``, else 1-9."""
+def _draw_digits(rng: np.random.Generator, digits: np.ndarray,
+                 zero_prob: float) -> np.ndarray:
+    """One number per entry of ``digits`` (N,), with that many digits: the leading digit
+    uniform in 1-9 (0-9 for one digit), each later digit 0 with probability
+    ``zero_prob``, else uniform in 1-9."""
     count, width = len(digits), int(digits.max())
-    later = np.where(rng.random((count, width)) < zero_prob, 0, rng.integers(1, 10, (count, width)))
+    zero = rng.random((count, width)) < zero_prob
+    later = np.where(zero, 0, rng.integers(1, 10, (count, width)))  # (N, width)
     lead = np.where(digits == 1, rng.integers(0, 10, count), rng.integers(1, 10, count))
     numbers = lead.astype(np.int64)
-    for position in range(1, width):  # append digit after digit where the number is long enough
-        numbers = np.where(position < digits, numbers * 10 + later[:, position], numbers)
+    for position in range(1, width):  # append a digit where the number is long enough
+        longer = numbers * 10 + later[:, position]
+        numbers = np.where(position < digits, longer, numbers)
     return numbers
 
 
@@ -102,14 +106,16 @@ class NumberSplit:
         numbers = np.asarray(numbers)
         return (numbers >= 0) & (numbers <= self.max_number) & ~np.isin(numbers, self.held_out)
 
-    def sample_train(self, count: int, seed: int = 0, zero_prob: float | None = None) -> np.ndarray:
+    def sample_train(self, count: int, seed: int = 0,
+                     zero_prob: float | None = None) -> np.ndarray:
         """``count`` training numbers (with repeats): a digit count d is drawn with probability
         proportional to d (longer numbers are harder), then a number with d digits.
 
-        ``zero_prob=None`` draws that number uniformly. A float draws it digit by digit: the
-        leading digit uniformly from 1-9, every later digit 0 with probability ``zero_prob`` and
-        otherwise uniformly from 1-9 (``zero_prob=0.1`` is uniform again; more gives more round
-        numbers and zero groups). Numbers above ``max_number`` or held out are drawn again.
+        ``zero_prob=None`` draws that number uniformly. A float draws it digit by digit:
+        the leading digit uniformly from 1-9, every later digit 0 with probability
+        ``zero_prob`` and otherwise uniformly from 1-9 (``zero_prob=0.1`` is uniform
+        again; more gives more round numbers and zero groups). Numbers above
+        ``max_number`` or held out are drawn again.
         """
         check_positive_int("count", count)
         if zero_prob is not None:
@@ -156,12 +162,12 @@ class NumberWordsData:
 
     - ``split``: the held-out test/valid numbers (``split_numbers``);
     - ``numbers[name]`` for name in "train", "valid", "test": the numbers of each split, "train"
-      being ``train_size`` numbers sampled across magnitudes (with repeats) from the training part,
-      with zero digits drawn with probability ``zero_prob`` (``None``: uniformly; see
-      ``NumberSplit.sample_train``);
-    - ``src_vocab`` (English words) and ``tgt_vocab`` (target pieces of ``scheme``: "glued"
-      morphemes, "morphemes" or "chars"; see ``target_tokenizer``), built from the training pairs
-      only;
+      being ``train_size`` numbers sampled across magnitudes (with repeats) from the
+      training part, with zero digits drawn with probability ``zero_prob`` (``None``:
+      uniformly; see ``NumberSplit.sample_train``);
+    - ``src_vocab`` (English words) and ``tgt_vocab`` (target pieces of ``scheme``:
+      "glued" morphemes, "morphemes" or "chars"; see ``target_tokenizer``), built from
+      the training pairs only;
     - ``cache``: the (number, lang) -> words dictionary, shareable between data sets;
     - ``tensors[name] = (src, tgt)`` for name in "train", "valid", "test": padded id tensors, the
       target wrapped in <bos> ... <eos>. They are computed once, so a training batch costs one
@@ -177,8 +183,9 @@ class NumberWordsData:
         self.lang, self.scheme = lang, scheme
         self.tgt_tokenizer = target_tokenizer(lang, scheme)
         self.split = split_numbers(n_test, n_valid, seed, max_number)
-        self.numbers = {"train": self.split.sample_train(train_size, seed=seed + 1, zero_prob=zero_prob),
-                        "valid": self.split.valid, "test": self.split.test}
+        train = self.split.sample_train(train_size, seed=seed + 1, zero_prob=zero_prob)
+        self.numbers = {"train": train, "valid": self.split.valid,
+                        "test": self.split.test}
         # (number, lang) -> words; pass the ``cache`` of another data set to reuse its English.
         self.cache: dict[tuple[int, str], str] = {} if cache is None else cache
         train_src, train_tgt = self._tokenized(self.numbers["train"])
@@ -227,5 +234,5 @@ class NumberWordsData:
                 f"tgt_vocab={len(self.tgt_vocab)}, src shapes={sizes})")
 
 
-__all__ = ["MAX_NUMBER", "ZERO_PROB", "NumberSplit", "NumberWordsData", "detokenize_words", "magnitude_buckets",
-           "number_to_words", "split_numbers"]
+__all__ = ["MAX_NUMBER", "ZERO_PROB", "NumberSplit", "NumberWordsData",
+           "detokenize_words", "magnitude_buckets", "number_to_words", "split_numbers"]

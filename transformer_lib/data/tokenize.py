@@ -11,10 +11,10 @@ inventory is small and fixed (about twenty German pieces), so a word is cut by *
 against it, like a hand-made WordPiece; any character the inventory does not cover becomes a
 token of its own, so the cut is always possible and always exact.
 
-French writes numbers as several words ("quatre-vingt-dix-sept mille"). With separators as
-tokens of their own, almost every second output step only writes a space or a hyphen. The
-"glued" scheme attaches each separator to the piece after it ("quatre", "-vingt", "-dix",
-"-sept", " mille"): 40% fewer steps, and the choice of separator is made together with the word.
+French writes numbers as several words ("quatre-vingt-dix-sept mille"). With separators
+as tokens of their own, almost every second output step only writes a space or a hyphen.
+The "glued" scheme attaches each separator to the piece after it ("quatre", "-vingt",
+"-dix", "-sept", " mille"): 40% fewer steps, and the separator is chosen with the word.
 German, one word, is cut the same way by both schemes.
 """
 from __future__ import annotations
@@ -74,14 +74,15 @@ def detokenize_chars(tokens: list[str]) -> str:
 class MorphemeTokenizer:
     """Cut each word into pieces from a fixed inventory by greedy longest match.
 
-    Spaces, hyphens and commas are tokens of their own, or with ``glue=True`` glued to the front
-    of the piece that follows them; a character that no piece covers becomes a one-character
-    token. Detokenizing is plain concatenation, so the round trip is exact.
+    Spaces, hyphens and commas are tokens of their own, or with ``glue=True`` glued to
+    the front of the piece that follows them; a character that no piece covers becomes a
+    one-character token. Detokenizing is plain concatenation, so the round trip is
+    exact.
 
     >>> MorphemeTokenizer(GERMAN_MORPHEMES).tokenize("siebenundneunzig")
     ['sieben', 'und', 'neun', 'zig']
-    >>> MorphemeTokenizer(FRENCH_MORPHEMES, glue=True).tokenize("quatre-vingt-dix mille")
-    ['quatre', '-vingt', '-dix', ' mille']
+    >>> MorphemeTokenizer(FRENCH_MORPHEMES, glue=True).tokenize("quatre-vingt mille")
+    ['quatre', '-vingt', ' mille']
     """
 
     separators = (" ", "-", ",")
@@ -122,7 +123,7 @@ class MorphemeTokenizer:
             tokens.append(prefix + text[i:i + size])
             prefix = ""
             i += size
-        return tokens + ([prefix] if prefix else [])  # separators at the very end stay a token
+        return tokens + ([prefix] if prefix else [])  # separators at the end: one token
 
     def detokenize(self, tokens: list[str]) -> str:
         return "".join(tokens)
@@ -145,10 +146,10 @@ SCHEMES = ("glued", "morphemes", "chars")
 
 
 def target_tokenizer(lang: str, scheme: str = "glued", morphemes=None):
-    """The target-side tokenizer for ``lang`` ("de" or "fr"): ``scheme="glued"`` (default:
-    morphemes, each separator glued to the piece after it), ``"morphemes"`` (separators as tokens
-    of their own) or ``"chars"``. ``morphemes`` overrides the built-in inventory (e.g. one read
-    from a checkpoint)."""
+    """The target-side tokenizer for ``lang`` ("de" or "fr"): ``scheme="glued"``
+    (default: morphemes, each separator glued to the piece after it), ``"morphemes"``
+    (separators as tokens of their own) or ``"chars"``. ``morphemes`` overrides the
+    built-in inventory (e.g. one read from a checkpoint)."""
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     if scheme == "chars":
