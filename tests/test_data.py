@@ -40,16 +40,45 @@ def test_source_round_trip():
         assert detokenize_words(tokenize_words(text)) == text, text
 
 
+@pytest.mark.parametrize("scheme", ["glued", "morphemes"])
 @pytest.mark.parametrize("lang", ["de", "fr"])
-def test_target_round_trip_and_inventory_coverage(lang):
-    tok = target_tokenizer(lang)
+def test_target_round_trip_and_inventory_coverage(lang, scheme):
+    tok = target_tokenizer(lang, scheme)
     for n in SAMPLE:
         text = number_to_words(n, lang)
         tokens = tok.tokenize(text)
         assert tok.detokenize(tokens) == text
         # num2words output is covered by the inventory: no one-letter fallback pieces.
-        assert all(t in tok.morphemes or t in " -," for t in tokens), (text, tokens)
+        if scheme == "glued":  # at most one separator, glued to the front of a piece
+            pieces = [t.lstrip(" -,") for t in tokens]
+            assert all(p in tok.morphemes for p in pieces), (text, tokens)
+            assert all(len(t) - len(p) <= 1 for t, p in zip(tokens, pieces)), tokens
+        else:
+            assert all(t in tok.morphemes or t in " -," for t in tokens), (text, tokens)
         assert detokenize_chars(tokenize_chars(text)) == text
+
+
+def test_glued_scheme_is_the_default_and_changes_only_french():
+    assert target_tokenizer("fr").glue and not target_tokenizer("fr", "morphemes").glue
+    glued, separate = target_tokenizer("de"), target_tokenizer("de", "morphemes")
+    for n in SAMPLE:
+        german = number_to_words(n, "de")  # one word: no separators, nothing to glue
+        assert glued.tokenize(german) == separate.tokenize(german)
+    text = number_to_words(97_181, "fr")  # quatre-vingt-dix-sept mille cent quatre-...
+    assert target_tokenizer("fr").tokenize(text) == [
+        "quatre", "-vingt", "-dix", "-sept", " mille", " cent", " quatre", "-vingt",
+        "-un"]
+    assert len(target_tokenizer("fr", "morphemes").tokenize(text)) == 17
+
+
+def test_glue_keeps_separators_without_a_following_piece():
+    tok = MorphemeTokenizer(FRENCH_MORPHEMES, glue=True)
+    assert tok.tokenize("deux - trois-") == ["deux", " - trois", "-"]
+    assert tok.tokenize("-") == ["-"] and tok.tokenize("") == []
+    count = len(set(FRENCH_MORPHEMES))
+    assert repr(tok) == f"MorphemeTokenizer({count} morphemes, glue=True)"
+    with pytest.raises(TypeError, match="glue must be a bool, got str"):
+        MorphemeTokenizer(FRENCH_MORPHEMES, glue="yes")
 
 
 def test_german_morphemes_by_longest_match():
@@ -124,6 +153,43 @@ def test_split_is_disjoint_spread_and_seeded():
     assert (train < 100).any() and (train >= 100_000).any()  # all magnitudes appear
     assert np.array_equal(split_numbers(seed=0).test, split.test)
     assert not np.array_equal(split_numbers(seed=1).test, split.test)
+
+
+def _second_digits(numbers):
+    six = numbers[numbers >= 100_000]
+    return (six // 10_000) % 10
+
+
+def test_sample_train_zero_prob_makes_round_numbers_common():
+    split = split_numbers(n_test=2000, n_valid=500, seed=0)
+    held_out = set(split.test.tolist()) | set(split.valid.tolist())
+    uniform = split.sample_train(30_000, seed=1)  # zero_prob=None: the uniform draw
+    assert np.array_equal(uniform, split.sample_train(30_000, seed=1, zero_prob=None))
+    for zero_prob in (0.1, 0.25, 0.5):
+        sample = split.sample_train(30_000, seed=1, zero_prob=zero_prob)
+        assert not set(sample.tolist()) & held_out
+        assert sample.min() >= 0 and sample.max() <= 999_999
+        # Digit counts are drawn as before: d digits with probability d / 21 (a little
+        # more for long numbers: a tenth of the short ones are held out, drawn again).
+        digits = np.char.str_len(sample.astype(str))
+        for d in range(1, 7):
+            assert abs((digits == d).mean() - d / 21) < 0.015, (zero_prob, d)
+        # A later digit is 0 with probability zero_prob (0.1 is the uniform draw).
+        assert abs((_second_digits(sample) == 0).mean() - zero_prob) < 0.015
+        ones = (_second_digits(sample) == 1).mean()
+        assert ones == pytest.approx((1 - zero_prob) / 9, abs=0.015)
+    assert abs((_second_digits(uniform) == 0).mean() - 0.1) < 0.015
+    # More zeros: many more round thousands and numbers ending in 01.
+    rich, plain = split.sample_train(30_000, seed=1, zero_prob=0.25), uniform
+    def thousands(x):
+        return ((x % 1000 == 0) & (x > 0)).sum()
+
+    assert thousands(rich) > 5 * thousands(plain)
+    assert (rich % 100 == 1).sum() > 1.4 * (plain % 100 == 1).sum()
+    with pytest.raises(ValueError, match=r"zero_prob must be in \[0, 1\), got 1.5"):
+        split.sample_train(10, zero_prob=1.5)
+    with pytest.raises(ValueError, match="count must be >= 1, got 0"):
+        split.sample_train(0)
 
 
 def test_pad_sequences():

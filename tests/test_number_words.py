@@ -4,6 +4,8 @@ import os
 import pytest
 import torch
 
+import transformer_lib as tl
+
 pytest.importorskip("num2words")
 
 from transformer_lib.data import NumberWordsData  # noqa: E402
@@ -103,6 +105,66 @@ def test_beam_search_scores_every_test_number(tiny_run):
     assert all(isinstance(p, str) for p in scores["predictions"])
 
 
+def _rates(scheduler, optimizer, updates):
+    seen = []
+    for _ in range(updates):
+        seen.append(optimizer.param_groups[0]["lr"])  # the rate of the coming update
+        optimizer.step()
+        scheduler.step()
+    return seen
+
+
+def test_linear_decay_warms_up_like_eq3_then_ends_with_the_step_budget():
+    model = torch.nn.Linear(2, 2)
+    model.config = {"d_model": 16}
+    optimizer, scheduler = number_words.make_optimizer(model, lr_factor=0.5, warmup=10,
+                                                       steps=50)
+    seen = _rates(scheduler, optimizer, 50)
+    peak = 0.5 * tl.noam_lr(10, 16, 10)
+    # Updates 1..10: eq. 3's warm-up exactly (while the decay has barely started).
+    warm = [0.5 * tl.noam_lr(k, 16, 10) * (1 - (k - 1) / 50) for k in range(1, 11)]
+    assert seen[:10] == pytest.approx(warm, rel=1e-12)
+    # Then a straight line that would reach zero at update 51: the last update learns.
+    line = [peak * (1 - k / 50) for k in range(10, 50)]
+    assert seen[10:] == pytest.approx(line, rel=1e-12)
+    assert seen[-1] == pytest.approx(peak / 50) and seen[-1] > 0
+    assert max(seen) < peak
+
+
+def test_linear_decay_follows_the_clock_for_a_time_budget():
+    now = [100.0]
+    schedule = number_words.LinearDecay(16, 1.0, warmup=4, seconds=10.0,
+                                        clock=lambda: now[0])
+    peak = tl.noam_lr(4, 16, 4)
+    assert schedule(0) == pytest.approx(peak / 4)  # the clock starts at the first call
+    now[0] = 102.5
+    assert schedule(3) == pytest.approx(peak * 0.75)
+    assert schedule(1000) == pytest.approx(peak * 0.75)  # steps do not count, time does
+    now[0] = 109.0
+    assert schedule(5) == pytest.approx(peak * 0.1)
+    now[0] = 130.0
+    assert schedule(6) == 0.0  # past the budget: never negative
+    # With both budgets, whichever is used up faster decides.
+    both = number_words.LinearDecay(16, 1.0, warmup=4, steps=20, seconds=10.0,
+                                    clock=lambda: 0.0)
+    assert both(5) == pytest.approx(peak * 0.75)
+    with pytest.raises(ValueError, match="needs a budget"):
+        number_words.LinearDecay(16, 1.0, warmup=4)
+
+
+def test_train_ends_at_a_tiny_learning_rate():
+    data = NumberWordsData("fr", train_size=16, n_test=10, n_valid=5, seed=0)
+    settings = dict(steps=30, data=data, batch_size=8, model_config=TINY, device="cpu",
+                    progress=False, log_every=10, evaluate_test=False)
+    run = train_number_words("fr", **settings)
+    config = number_words.TRAIN_CONFIG
+    warmup = config["warmup"]
+    peak = config["lr_factor"] * tl.noam_lr(warmup, TINY["d_model"], warmup)
+    assert run.history["lr"][-1] == pytest.approx(0.0, abs=1e-12)  # after the last step
+    noam = train_number_words("fr", decay="noam", **settings)
+    assert noam.history["lr"][-1] > 0.1 * peak
+
+
 def test_train_arguments_are_checked():
     data = NumberWordsData("de", train_size=8, n_test=20, n_valid=10, seed=0)
     with pytest.raises(ValueError, match="steps or max_seconds"):
@@ -111,14 +173,22 @@ def test_train_arguments_are_checked():
         train_number_words("fr", steps=1, data=data)
     with pytest.raises(ValueError, match="unknown model settings"):
         train_number_words("de", steps=1, data=data, model_config={"layers": 2})
+    with pytest.raises(ValueError, match="decay must be 'linear' or 'noam', got 'cos'"):
+        train_number_words("de", steps=1, data=data, decay="cos")
 
 
 def test_command_line_trains_and_saves(tmp_path, capsys, monkeypatch):
     # Keep the run tiny: a small model and data set (the CLI's defaults are for real training).
     monkeypatch.setattr(number_words, "MODEL_CONFIG", {**number_words.MODEL_CONFIG, **TINY})
     out = tmp_path / "fr.pt"
-    code = number_words.main(["--lang", "fr", "--steps", "3", "--train-size", "64", "--beam", "2",
-                              "--out", str(out), "--device", "cpu", "--test-size", "20"])
+    threads = torch.get_num_threads()
+    try:
+        code = number_words.main(["--lang", "fr", "--steps", "3", "--train-size", "64",
+                                  "--beam", "2", "--out", str(out), "--device", "cpu",
+                                  "--test-size", "20"])
+        assert torch.get_num_threads() == 1  # the default: one thread
+    finally:
+        torch.set_num_threads(threads)
     assert code == 0
     printed = capsys.readouterr().out
     assert "test exact match (greedy)" in printed and "saved" in printed

@@ -5,6 +5,7 @@
 from .batching import BucketBatcher, pad_sequences
 from .numbers import (
     MAX_NUMBER,
+    ZERO_PROB,
     NumberSplit,
     NumberWordsData,
     magnitude_buckets,
@@ -25,8 +26,10 @@ from .tokenize import (
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
 __all__ = [
-    "BOS", "BucketBatcher", "CharTokenizer", "EOS", "FRENCH_MORPHEMES", "GERMAN_MORPHEMES",
-    "MAX_NUMBER", "MorphemeTokenizer", "NumberSplit", "NumberWordsData", "PAD", "SPECIALS", "UNK",
-    "Vocab", "detokenize_chars", "detokenize_words", "magnitude_buckets", "number_to_words",
-    "pad_sequences", "split_numbers", "target_tokenizer", "tokenize_chars", "tokenize_words",
+    "BOS", "BucketBatcher", "CharTokenizer", "EOS", "FRENCH_MORPHEMES",
+    "GERMAN_MORPHEMES", "MAX_NUMBER", "MorphemeTokenizer", "NumberSplit",
+    "NumberWordsData", "PAD", "SPECIALS", "UNK", "Vocab", "ZERO_PROB",
+    "detokenize_chars", "detokenize_words", "magnitude_buckets", "number_to_words",
+    "pad_sequences", "split_numbers", "target_tokenizer", "tokenize_chars",
+    "tokenize_words",
 ]

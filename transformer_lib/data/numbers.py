@@ -4,9 +4,12 @@ The pairs come from the ``num2words`` package, computed on the spot (nothing is 
 split is *by number*: a test number is never seen in training, in any form, so test exact match
 measures whether the model learned the rules, not whether it memorised pairs.
 
-Numbers are drawn *across magnitudes*: first a digit count (1 to 6), then a number with that many
-digits. Drawn uniformly from 0..999,999, 90% of the numbers would have six digits, and the model
-would hardly ever see "seven" or "forty-two" on their own.
+Numbers are drawn *across magnitudes*: first a digit count (1 to 6), then a number with
+that many digits. Drawn uniformly from 0..999,999, 90% of the numbers would have six
+digits, and the model would hardly ever see "seven" or "forty-two" on their own. Within
+a magnitude, zero digits are drawn more often than one in ten (``zero_prob``): round
+numbers, groups that are zero (800,066) and endings like 01 are the patterns a model
+gets wrong when it sees them rarely.
 """
 from __future__ import annotations
 
@@ -15,13 +18,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .._checks import check_int, check_number, check_positive_int
+from .._checks import check_int, check_number, check_positive_int, check_probability
 from .batching import BucketBatcher, pad_sequences
 from .tokenize import detokenize_words, target_tokenizer, tokenize_words
 from .vocab import Vocab
 
 MAX_NUMBER = 999_999
 LANGS = ("en", "de", "fr")
+# Chance that a digit after the leading one is 0 in a training number (uniform: 0.1).
+ZERO_PROB = 0.25
 
 
 def number_to_words(n: int, lang: str = "en") -> str:
@@ -67,6 +72,22 @@ def _spread(total: int, caps: list[int]) -> list[int]:
     return counts
 
 
+def _draw_digits(rng: np.random.Generator, digits: np.ndarray,
+                 zero_prob: float) -> np.ndarray:
+    """One number per entry of ``digits`` (N,), with that many digits: the leading digit
+    uniform in 1-9 (0-9 for one digit), each later digit 0 with probability
+    ``zero_prob``, else uniform in 1-9."""
+    count, width = len(digits), int(digits.max())
+    zero = rng.random((count, width)) < zero_prob
+    later = np.where(zero, 0, rng.integers(1, 10, (count, width)))  # (N, width)
+    lead = np.where(digits == 1, rng.integers(0, 10, count), rng.integers(1, 10, count))
+    numbers = lead.astype(np.int64)
+    for position in range(1, width):  # append a digit where the number is long enough
+        longer = numbers * 10 + later[:, position]
+        numbers = np.where(position < digits, longer, numbers)
+    return numbers
+
+
 @dataclass
 class NumberSplit:
     """Held-out test and validation numbers; every other number in [0, max_number] is training.
@@ -86,11 +107,21 @@ class NumberSplit:
         numbers = np.asarray(numbers)
         return (numbers >= 0) & (numbers <= self.max_number) & ~np.isin(numbers, self.held_out)
 
-    def sample_train(self, count: int, seed: int = 0) -> np.ndarray:
+    def sample_train(self, count: int, seed: int = 0,
+                     zero_prob: float | None = None) -> np.ndarray:
         """``count`` training numbers (with repeats): a digit count d is drawn with probability
-        proportional to d (longer numbers are harder), then a number with d digits."""
+        proportional to d (longer numbers are harder), then a number with d digits.
+
+        ``zero_prob=None`` draws that number uniformly. A float draws it digit by digit:
+        the leading digit uniformly from 1-9, every later digit 0 with probability
+        ``zero_prob`` and otherwise uniformly from 1-9 (``zero_prob=0.1`` is uniform
+        again; more gives more round numbers and zero groups). Numbers above
+        ``max_number`` or held out are drawn again.
+        """
         check_int("count", count, minimum=0)
         check_int("seed", seed, minimum=0)
+        if zero_prob is not None:
+            check_probability("zero_prob", zero_prob)
         rng = np.random.default_rng(seed)
         buckets = magnitude_buckets(self.max_number)
         weights = np.arange(1, len(buckets) + 1, dtype=float)
@@ -100,7 +131,10 @@ class NumberSplit:
         out = np.empty(0, dtype=np.int64)
         while out.size < count:
             which = rng.choice(len(buckets), size=count, p=weights)
-            draw = rng.integers(lows[which], highs[which] + 1)
+            if zero_prob is None:
+                draw = rng.integers(lows[which], highs[which] + 1)
+            else:
+                draw = _draw_digits(rng, which + 1, zero_prob)
             out = np.concatenate([out, draw[self.is_train(draw)]])
         return out[:count]
 
@@ -135,9 +169,12 @@ class NumberWordsData:
 
     - ``split``: the held-out test/valid numbers (``split_numbers``);
     - ``numbers[name]`` for name in "train", "valid", "test": the numbers of each split, "train"
-      being ``train_size`` numbers sampled across magnitudes (with repeats) from the training part;
-    - ``src_vocab`` (English words) and ``tgt_vocab`` (morphemes or characters), built from the
-      training pairs only;
+      being ``train_size`` numbers sampled across magnitudes (with repeats) from the
+      training part, with zero digits drawn with probability ``zero_prob`` (``None``:
+      uniformly; see ``NumberSplit.sample_train``);
+    - ``src_vocab`` (English words) and ``tgt_vocab`` (target pieces of ``scheme``:
+      "glued" morphemes, "morphemes" or "chars"; see ``target_tokenizer``), built from
+      the training pairs only;
     - ``cache``: the (number, lang) -> words dictionary, shareable between data sets;
     - ``tensors[name] = (src, tgt)`` for name in "train", "valid", "test": padded id tensors, the
       target wrapped in <bos> ... <eos>. They are computed once, so a training batch costs one
@@ -145,8 +182,9 @@ class NumberWordsData:
     """
 
     def __init__(self, lang: str = "de", train_size: int = 30_000, n_test: int = 2000,
-                 n_valid: int = 500, seed: int = 0, scheme: str = "morphemes",
-                 max_number: int = MAX_NUMBER, cache: dict | None = None):
+                 n_valid: int = 500, seed: int = 0, scheme: str = "glued",
+                 max_number: int = MAX_NUMBER, cache: dict | None = None,
+                 zero_prob: float | None = ZERO_PROB):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
         # Checked here, before minutes of num2words: a split would fail only at the end.
@@ -156,8 +194,9 @@ class NumberWordsData:
         self.lang, self.scheme = lang, scheme
         self.tgt_tokenizer = target_tokenizer(lang, scheme)
         self.split = split_numbers(n_test, n_valid, seed, max_number)
-        self.numbers = {"train": self.split.sample_train(train_size, seed=seed + 1),
-                        "valid": self.split.valid, "test": self.split.test}
+        train = self.split.sample_train(train_size, seed=seed + 1, zero_prob=zero_prob)
+        self.numbers = {"train": train, "valid": self.split.valid,
+                        "test": self.split.test}
         # (number, lang) -> words; pass the ``cache`` of another data set to reuse its English.
         self.cache: dict[tuple[int, str], str] = {} if cache is None else cache
         train_src, train_tgt = self._tokenized(self.numbers["train"])
@@ -206,5 +245,5 @@ class NumberWordsData:
                 f"tgt_vocab={len(self.tgt_vocab)}, src shapes={sizes})")
 
 
-__all__ = ["MAX_NUMBER", "NumberSplit", "NumberWordsData", "detokenize_words", "magnitude_buckets",
-           "number_to_words", "split_numbers"]
+__all__ = ["MAX_NUMBER", "ZERO_PROB", "NumberSplit", "NumberWordsData",
+           "detokenize_words", "magnitude_buckets", "number_to_words", "split_numbers"]
