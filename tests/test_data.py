@@ -188,8 +188,9 @@ def test_sample_train_zero_prob_makes_round_numbers_common():
     assert (rich % 100 == 1).sum() > 1.4 * (plain % 100 == 1).sum()
     with pytest.raises(ValueError, match=r"zero_prob must be in \[0, 1\), got 1.5"):
         split.sample_train(10, zero_prob=1.5)
-    with pytest.raises(ValueError, match="count must be >= 1, got 0"):
-        split.sample_train(0)
+    assert len(split.sample_train(0, zero_prob=0.25)) == 0
+    with pytest.raises(ValueError, match="count must be >= 0, got -1"):
+        split.sample_train(-1, zero_prob=0.25)
 
 
 def test_pad_sequences():

@@ -1,0 +1,77 @@
+"""Does ``torch.compile`` pay for itself in the capstone's 30-second budget? (a script,
+not a test)
+
+    python benchmarks/capstone_compile.py            # German, 300 timed steps, one thread
+    python benchmarks/capstone_compile.py --steps 500 --threads 2
+
+Builds the capstone's data and model (the library's defaults), then times training
+steps three ways: eager (as the library trains), and compiled with ``torch.compile``,
+counting the compile time (the first steps) separately from the steady state. Prints
+the step times, their ratio and how many steps each way fits in a 30 s budget.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import transformer_lib as tl
+from transformer_lib.data import NumberWordsData
+from transformer_lib.examples import number_words as nw
+
+
+def time_steps(model, batches, optimizer, scheduler, steps: int, step_fn) -> list[float]:
+    """Seconds per step for ``steps`` steps of ``step_fn``."""
+    times = []
+    for _, (src, tgt) in zip(range(steps), batches):
+        start = time.perf_counter()
+        step_fn(model, src, tgt, optimizer, scheduler)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--budget", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    data = NumberWordsData("de", train_size=12_000, seed=0)
+    batch_size = nw.TRAIN_CONFIG["batch_size"]
+
+    def fresh():
+        tl.set_seed(0)
+        model = nw.build_model(data)
+        optimizer, scheduler = nw.make_optimizer(
+            model, nw.TRAIN_CONFIG["lr_factor"], nw.TRAIN_CONFIG["warmup"], steps=10_000)
+        return model, optimizer, scheduler, iter(data.batches(batch_size, seed=0))
+
+    model, optimizer, scheduler, batches = fresh()
+    eager = time_steps(model, batches, optimizer, scheduler, args.steps, tl.train_step)
+
+    model, optimizer, scheduler, batches = fresh()
+    compiled_model = torch.compile(model)
+    # Length-bucketed batches have many shapes: every new (B, Ls, Lt) may compile again.
+    first = time.perf_counter()
+    compiled = time_steps(compiled_model, batches, optimizer, scheduler, args.steps,
+                          tl.train_step)
+    total = time.perf_counter() - first
+
+    eager_step = sorted(eager)[len(eager) // 2]
+    steady = sorted(compiled[len(compiled) // 2:])[len(compiled) // 4]
+    warm = sum(compiled) - steady * len(compiled)  # time beyond the steady rate: compiling
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.steps} steps")
+    print(f"eager:    median step {eager_step * 1e3:.1f} ms")
+    print(f"compiled: median step {steady * 1e3:.1f} ms once warm; {total:.1f} s for all "
+          f"{args.steps} steps, of which about {warm:.1f} s compiling")
+    print(f"step time, compiled / eager: {steady / eager_step:.2f}")
+    fits_eager = args.budget / eager_step
+    fits_compiled = max(0.0, args.budget - warm) / steady
+    print(f"steps in {args.budget:g} s: eager {fits_eager:.0f}, compiled {fits_compiled:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
