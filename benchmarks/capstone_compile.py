@@ -3,6 +3,7 @@ not a test)
 
     python benchmarks/capstone_compile.py            # German, 300 timed steps, one thread
     python benchmarks/capstone_compile.py --steps 500 --threads 2
+    python benchmarks/capstone_compile.py --dynamic    # torch.compile(dynamic=True)
 
 Builds the capstone's data and model (the library's defaults), then times training
 steps three ways: eager (as the library trains), and compiled with ``torch.compile``,
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=30.0)
+    parser.add_argument("--dynamic", action="store_true",
+                        help="compile with dynamic shapes (one graph for all lengths)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = NumberWordsData("de", train_size=12_000, seed=0)
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
     eager = time_steps(model, batches, optimizer, scheduler, args.steps, tl.train_step)
 
     model, optimizer, scheduler, batches = fresh()
-    compiled_model = torch.compile(model)
+    compiled_model = torch.compile(model, dynamic=True if args.dynamic else None)
     # Length-bucketed batches have many shapes: every new (B, Ls, Lt) may compile again.
     first = time.perf_counter()
     compiled = time_steps(compiled_model, batches, optimizer, scheduler, args.steps,
@@ -62,7 +65,9 @@ def main(argv=None) -> int:
     eager_step = sorted(eager)[len(eager) // 2]
     steady = sorted(compiled[len(compiled) // 2:])[len(compiled) // 4]
     warm = sum(compiled) - steady * len(compiled)  # time beyond the steady rate: compiling
-    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.steps} steps")
+    mode = "dynamic=True" if args.dynamic else "default"
+    print(f"torch {torch.__version__}, {args.threads} thread(s), {args.steps} steps, "
+          f"torch.compile {mode}")
     print(f"eager:    median step {eager_step * 1e3:.1f} ms")
     print(f"compiled: median step {steady * 1e3:.1f} ms once warm; {total:.1f} s for all "
           f"{args.steps} steps, of which about {warm:.1f} s compiling")
