@@ -110,3 +110,16 @@ def test_widget_view_for_ipywidgets_7_style_widgets():
 
     bundle = widgets.widget_view(Widget7())
     assert bundle[widgets.WIDGET_VIEW] == {"version_major": 2, "version_minor": 0, "model_id": "abc123"}
+
+
+def test_attention_explorer_takes_a_dict_with_more_keys_but_not_fewer():
+    # nw.attention_batch returns the maps together with "source", "target", ...
+    maps, src_labels, tgt_labels = small_maps()
+    batch = dict(maps, source=src_labels, target=tgt_labels, translation=["x", "y"])
+    explorer = widgets.attention_explorer(batch, src_labels, tgt_labels)
+    assert explorer.static_figure().axes[0].images[0].get_array().shape == (4, 3)
+    without_cross = {k: v for k, v in maps.items() if k != "cross"}
+    with pytest.raises(ValueError, match=r"maps must have the keys 'encoder', 'decoder' and "
+                                         r"'cross', got \['decoder', 'encoder'\]"):
+        widgets.attention_explorer(without_cross, src_labels, tgt_labels)
+    plt.close("all")

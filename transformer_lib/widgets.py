@@ -211,7 +211,8 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
 
     check_instance("maps", maps, dict,
                    "the dict of Transformer(..., return_attention=True)")
-    if set(maps) != {"encoder", "decoder", "cross"}:
+    missing = {"encoder", "decoder", "cross"} - set(maps)
+    if missing:  # other keys (nw.attention_batch adds "source", "target", ...) are ignored
         raise ValueError(f"maps must have the keys 'encoder', 'decoder' and 'cross', "
                          f"got {sorted(maps)}")
     if tgt_in_labels is None:
