@@ -1,6 +1,6 @@
 """Capstone: translate English number words into German (or French) number words.
 
-    python -m transformer_lib.examples.number_words --lang de --minutes 3 --out de.pt
+    python -m transformer_lib.examples.number_words --lang de --minutes 0.5 --out de.pt
 
 trains a small ``tl.Transformer`` with Adam as in the paper (betas (0.9, 0.98), eps
 1e-9) and the warm-up of eq. 3, shows a progress bar with loss and accuracy, reports
