@@ -98,3 +98,19 @@ def test_the_marker_check_agrees_with_nbval():
     assert ignored(code("# NBVAL_IGNORE_OUTPUT\n# (why: timings)\nprint(1)"))
     assert not ignored(code("# NBVAL_IGNORE_OUTPUT: timings\nprint(1)"))  # nbval compares it
     assert not ignored(code("print(1)"))
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # every control character but \t and \n
+TAB = "\t"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_markdown_has_no_control_characters(path):
+    """A Python string "\\text{...}" written without a raw prefix stores a tab and "ext{":
+    the formula renders wrong and nothing else notices. Markdown cells hold no tabs or
+    other control characters."""
+    nb = nbformat.read(path, as_version=4)
+    bad = [(i, repr(m.group()), cell.source[max(0, m.start() - 20):m.end() + 20])
+           for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
+           for m in [CONTROL.search(cell.source) or re.search(TAB, cell.source)] if m]
+    assert not bad, bad
