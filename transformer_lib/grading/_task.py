@@ -199,6 +199,18 @@ def judge_case(result: GradeResult, case: Case, outputs) -> bool:
     return result.cases[-1][1]
 
 
+def check_function(task: Task, name: str, fn) -> GradeResult:
+    """The notebook check of a task with one function to write: refuse what is not
+    callable, else ``run_check`` with ``fn`` as ``name``."""
+    result = GradeResult(task.title)
+    if not callable(fn):
+        result.add(
+            "is a function", False, f"Expected a function, got {type(fn).__name__}."
+        )
+        return result
+    return run_check(task, {name: fn}, result)
+
+
 def run_check(
     task: Task, objs: dict, result: GradeResult | None = None, seed: int = 0
 ) -> GradeResult:

@@ -16,7 +16,7 @@ from .. import masks as _masks
 from ..attention import scaled_dot_product_attention as _ref_attention
 from ._helpers import compare, first_match, randn
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "scaled_dot_product_attention"
 
@@ -372,10 +372,4 @@ def check_attention(fn) -> GradeResult:
     the keys, blocked weights 0, a fully blocked query row all zeros (never NaN),
     context = weights @ v.
     """
-    result = GradeResult("check_attention")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)

@@ -21,7 +21,7 @@ from ..decoding import greedy_decode as _ref_greedy
 from ..model import Transformer
 from ._helpers import as_tensor, rng, seeded_module
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "greedy_decode"
 BOS, EOS, FILLER = 1, 2, 3
@@ -324,10 +324,4 @@ TASK = Task(
 def check_greedy_decode(fn) -> GradeResult:
     """Check ``fn(model, src, max_len, bos_id, eos_id)`` against the library's greedy
     decoding, and that it decodes with the model's key/value cache."""
-    result = GradeResult("check_greedy_decode")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)

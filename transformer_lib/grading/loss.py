@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from .. import loss as _loss
 from ._helpers import as_tensor, compare, first_match, randn
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "masked_cross_entropy"
 
@@ -234,10 +234,4 @@ def check_loss(fn) -> GradeResult:
     smoothing eps the target puts 1 - eps on the true class and eps / V on every class;
     finite for extreme logits.
     """
-    result = GradeResult("check_loss")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)

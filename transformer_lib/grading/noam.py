@@ -12,7 +12,7 @@ import torch
 from ..training import noam_lr as _ref_noam
 from ._helpers import type_name
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "noam_lr"
 
@@ -178,10 +178,4 @@ TASK = Task(
 def check_noam(fn) -> GradeResult:
     """Check ``fn(step, d_model, warmup) -> float`` against
     ``transformer_lib.noam_lr``."""
-    result = GradeResult("check_noam")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)

@@ -10,7 +10,7 @@ import torch
 from ..positional import sinusoidal_table as _ref_table
 from ._helpers import as_tensor, compare, first_match
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "sinusoidal_table"
 
@@ -130,10 +130,4 @@ def check_positional(fn) -> GradeResult:
     """Check ``fn(max_len, d_model) -> (max_len, d_model)`` against
     ``tl.sinusoidal_table``: PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1]
     = cos(same angle)."""
-    result = GradeResult("check_positional")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)

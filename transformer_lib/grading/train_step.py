@@ -23,7 +23,7 @@ from ..model import Transformer
 from ..training import train_step as _ref_step
 from ._helpers import rng, seeded_module, type_name
 from ._result import Failed, GradeResult
-from ._task import Case, Task, returned, run_check
+from ._task import Case, Task, check_function, returned
 
 NAME = "train_step"
 BOS, EOS = 1, 2
@@ -323,10 +323,4 @@ TASK = Task(
 def check_train_step(fn) -> GradeResult:
     """Check ``fn(model, src, tgt, optimizer, scheduler, label_smoothing=0.0) -> float``
     against the library's ``train_step`` on the same small model."""
-    result = GradeResult("check_train_step")
-    if not callable(fn):
-        result.add(
-            "is a function", False, f"Expected a function, got {type(fn).__name__}."
-        )
-        return result
-    return run_check(TASK, {NAME: fn}, result)
+    return check_function(TASK, NAME, fn)
