@@ -7,6 +7,7 @@ compared number for number. Tests receive it through the ``copy_weights`` fixtur
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -22,6 +23,27 @@ PAD = 0  # the padding id used throughout the tests
 
 # CI sets TT_REQUIRE_ALL=1: there, a test whose tool is missing fails instead of skipping.
 REQUIRE_ALL = os.environ.get("TT_REQUIRE_ALL") == "1"
+
+
+# A correct attention as a student writes it: the source for notebook cells, and the
+# function it defines (the grading tests use both).
+HONEST_ATTENTION = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(mask, 0.0)
+    return weights @ v, weights
+"""
+
+
+def honest_attention_function():
+    """``HONEST_ATTENTION`` run: the function, with ``math`` and ``torch`` as it expects."""
+    namespace = {"math": math, "torch": torch}
+    exec(HONEST_ATTENTION, namespace)
+    return namespace["scaled_dot_product_attention"]
 
 
 def need(available, reason: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import HONEST_ATTENTION
 from transformer_lib.grading import MISTAKES, batch
 from transformer_lib.grading.__main__ import main
 
@@ -27,16 +28,7 @@ STUDENT = ROOT / "assignments" / "student"
 INSTRUCTOR = ROOT / "assignments" / "instructor"
 TIMEOUT = 15
 
-GOOD = """
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(mask, 0.0)
-    return weights @ v, weights
-"""
+GOOD = HONEST_ATTENTION
 
 FORGER = """
 import transformer_lib.grading as grading

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import sys
 
 import pytest
 import torch
+from conftest import honest_attention_function
 from torch import nn
 from torch.nn import functional as F
 
@@ -27,14 +27,7 @@ from transformer_lib.grading.verdict import grade_namespace
 from transformer_lib.attention import scaled_dot_product_attention as saved_reference
 
 
-def honest_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(mask, 0.0)
-    return weights @ v, weights
+honest_attention = honest_attention_function()
 
 
 def _wrapper(q, k, v, mask=None):
