@@ -187,9 +187,9 @@ class NumberWordsData:
                  zero_prob: float | None = ZERO_PROB):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
-        # Checked here, before minutes of num2words: a split would fail only at the end.
+        # split_numbers and sample_train check the rest; a data set also needs at least one
+        # training pair and one validation number (they accept none).
         check_positive_int("train_size", train_size)
-        check_positive_int("n_test", n_test)
         check_positive_int("n_valid", n_valid)
         self.lang, self.scheme = lang, scheme
         self.tgt_tokenizer = target_tokenizer(lang, scheme)
