@@ -175,6 +175,18 @@ for path in ("/sandbox/library/transformer_lib/x.py", "@REPO@/x", "/x", "/usr/x"
         seen.setdefault("wrote", []).append(path)
     except OSError:
         pass
+seen["memory_files"] = {}
+for folder in ("/tmp", "/dev/shm", "/dev", "/"):
+    written = 0
+    try:
+        for n in range(4):
+            with open(os.path.join(folder, f"fill{n}"), "wb") as handle:
+                for _ in range(10):
+                    handle.write(b"x" * 2**20)
+                    written += 1
+    except OSError:
+        pass
+    seen["memory_files"][folder] = written
 open("mine.txt", "w").write("written in the sandbox")
 print(json.dumps(seen))
 """
@@ -186,7 +198,7 @@ def test_a_sandboxed_python_sees_nothing_of_the_graders(tmp_path, monkeypatch):
     root = tmp_path / "batch"
     root.mkdir()
     folder = edition.build(root / "edition", TASKS["attention"].banned)
-    limits = Limits(memory_mb=2048, processes=64)
+    limits = Limits(memory_mb=2048, processes=64, tmp_mb=16)
     box = Sandbox(root, limits)
     assert box.problem(folder) is None
     private = box.private_folder("k", 0)
@@ -205,6 +217,11 @@ def test_a_sandboxed_python_sees_nothing_of_the_graders(tmp_path, monkeypatch):
     assert max(seen["pids"]) < 10  # its own PID namespace: a handful of processes
     assert seen["network"] is False
     assert seen["limits"]["AS"] == 2048 * 2**20 and seen["limits"]["NPROC"] == 64
+    # what it may write in memory is bounded: /tmp and /dev/shm by their size, nothing
+    # at all elsewhere
+    written = seen["memory_files"]
+    assert 0 < written["/tmp"] <= 16 and 0 < written["/dev/shm"] <= 16
+    assert written["/dev"] == 0 and written["/"] == 0
     written = private / "work" / "mine.txt"
     assert written.read_text(encoding="utf-8") == "written in the sandbox"
     if os.geteuid() == 0:  # the grader is root: the kernel must not be
@@ -267,3 +284,22 @@ def test_tricks_are_flagged_for_review():
     assert any("exec" in f for f in found)
     assert any("rewrites the cells" in f for f in found)
     assert not any("compile" in f for f in found)
+
+
+def test_an_installed_library_is_hidden_behind_the_edition(tmp_path, monkeypatch):
+    """A library installed into the virtualenv (not editable) would be readable there:
+    the sandbox shows the edition in its place."""
+    from transformer_lib.grading import sandbox
+
+    site = os.path.join(sys.prefix, "lib", "site-packages")
+    monkeypatch.setattr(
+        sandbox, "_installed_library", lambda: sandbox.Path(site, "transformer_lib")
+    )
+    box = Sandbox(tmp_path)
+    command = box.command(tmp_path / "k", tmp_path / "edition", 0, ["-c", "pass"])
+    pairs = list(zip(command, command[1:], command[2:]))
+    assert (
+        "--ro-bind",
+        str(tmp_path / "edition" / "transformer_lib"),
+        os.path.join(site, "transformer_lib"),
+    ) in pairs

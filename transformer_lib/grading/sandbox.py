@@ -338,6 +338,9 @@ class Sandbox:
         view += ["--ro-bind", str(etc / "group"), "/etc/group"]
         view += ["--bind", str(private), str(private)]
         view += ["--dir", HOME, "--proc", "/proc", "--dev", "/dev"]
+        # POSIX shared memory is files in /dev/shm: in memory too, so limited as /tmp
+        view += ["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/dev/shm"]
+        view += ["--remount-ro", "/dev"]  # its own nodes stay usable, no new files
         # the root itself (a tmpfs of bwrap's, holding the mount points) read-only: the
         # only places to write are the private folder and the small /tmp
         view += ["--remount-ro", "/"]
