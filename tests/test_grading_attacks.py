@@ -40,6 +40,7 @@ from classroom import (
     write,
 )
 from conftest import HONEST_ATTENTION
+from transformer_lib.grading import batch
 
 TIMEOUT = "20"
 SEED = "7"  # the same inputs in both batches: the same scores for the same work
@@ -369,6 +370,24 @@ class _Listener:
         self.unix.close()
 
 
+def _grade(subs, out, *options, env=None):
+    """The command line on the class in ``subs``, with the same inputs every time."""
+    return run_cli(
+        [
+            "grade",
+            str(subs),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(out),
+            "--seed",
+            SEED,
+            *options,
+        ],
+        env=env,
+    )
+
+
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     need_sandbox()
@@ -417,23 +436,7 @@ def attacked(tmp_path_factory):
     before = snapshot(*watched)
     env = dict(os.environ, HOME=str(home), TT_TEST_LMS_TOKEN=SECRET)
     started = time.monotonic()
-    done, peak_mb = run_cli(
-        [
-            "grade",
-            str(subs),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(out),
-            "--timeout",
-            TIMEOUT,
-            "--jobs",
-            "2",
-            "--seed",
-            SEED,
-        ],
-        env=env,
-    )
+    done, peak_mb = _grade(subs, out, "--timeout", TIMEOUT, "--jobs", "2", env=env)
     seconds = time.monotonic() - started
     with open(out, newline="", encoding="utf-8") as handle:
         written = handle.read()
@@ -483,14 +486,9 @@ def test_the_batch_finished_and_the_csv_is_complete(attacked):
     assert set(rows) == expected
     assert all(r["max_total"] == "1" for r in rows.values())
     assert list(next(iter(rows.values()))) == [
-        "student",
-        "status",
+        *batch.FIXED_COLUMNS,
         "attention",
-        "total",
-        "max_total",
-        "sandbox",
-        "flags",
-        "feedback",
+        *batch.END_COLUMNS,
     ]
     assert all(r["sandbox"] == "bubblewrap" for r in rows.values())
 
@@ -559,18 +557,7 @@ def test_no_backdoor_survives_into_the_next_batch(attacked, tmp_path):
         },
     )
     out = tmp_path / "next.csv"
-    done, _ = run_cli(
-        [
-            "grade",
-            str(subs),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(out),
-            "--seed",
-            SEED,
-        ]
-    )
+    done, _ = _grade(subs, out)
     assert done.returncode == 0, done.stderr[-2000:]
     with open(out, newline="", encoding="utf-8") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}

@@ -67,18 +67,13 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return getattr(transformer_lib, "scaled_dot" + "_product_attention")(q, k, v, mask)
 """
 
-TORCH_REFERENCE = """
-import torch.nn.functional as F
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(mask, 0.0)
-    keep = None if mask is None else ~mask
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), weights
-"""
+# The honest attention, with PyTorch's fused kernel for the context: a banned reference
+# named in the graded code.
+TORCH_REFERENCE = "import torch.nn.functional as F\n" + HONEST_ATTENTION.replace(
+    "return weights @ v, weights",
+    "keep = None if mask is None else ~mask\n"
+    "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), weights",
+)
 
 MUTATOR = """
 def scaled_dot_product_attention(q, k, v, mask=None):  # wrong polarity, zeroes the mask
@@ -171,14 +166,9 @@ def test_the_csv_has_one_row_per_student_and_one_column_per_task(graded_class):
     csv_rows = graded_class["csv"]
     assert sorted(csv_rows) == sorted(p[:-6] for p in graded_class["before"])
     assert graded_class["columns"] == [
-        "student",
-        "status",
+        *batch.FIXED_COLUMNS,
         "attention",
-        "total",
-        "max_total",
-        "sandbox",
-        "flags",
-        "feedback",
+        *batch.END_COLUMNS,
     ]
     for row in csv_rows.values():
         assert 0.0 <= float(row["attention"]) <= 1.0 and row["max_total"] == "1"

@@ -27,6 +27,7 @@ import os
 import signal
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import edition as _edition
@@ -159,35 +160,20 @@ def grade_folder(
             if reason:
                 raise SandboxUnavailable(reason)
         table = _Table(out, tasks) if out is not None else None
+        run = _Run(students, expected, folder, box, editions, timeout, seed, log, table)
         started = time.monotonic()
-        outcomes: dict = {}
-        rows: dict[str, dict] = {}
         interrupted = False
         try:
-            asyncio.run(
-                _grade_all(
-                    students,
-                    expected,
-                    folder,
-                    box,
-                    editions,
-                    timeout,
-                    jobs,
-                    seed,
-                    log,
-                    outcomes,
-                    rows,
-                    table,
-                )
-            )
+            asyncio.run(_grade_all(run, jobs))
         except (KeyboardInterrupt, asyncio.CancelledError):
             interrupted = True
-        finished = [rows[s.name] for s in students if s.name in rows]
+        finished = [run.rows[s.name] for s in students if s.name in run.rows]
         seconds = time.monotonic() - started
+        graded = len(run.outcomes)
         if interrupted:
             if log:
                 log(
-                    summary(finished, tasks, len(outcomes), seconds, sandbox)
+                    summary(finished, tasks, graded, seconds, sandbox)
                     + f"\n  INTERRUPTED: {len(finished)} of {len(students)} students"
                     " graded"
                     + (
@@ -200,7 +186,7 @@ def grade_folder(
         if table is not None:
             table.finish(finished)
         if log:
-            log(summary(finished, tasks, len(outcomes), seconds, sandbox))
+            log(summary(finished, tasks, graded, seconds, sandbox))
         return finished
     finally:
         _remove(root)
@@ -227,20 +213,26 @@ class _Editions:
         return self.built[key]
 
 
-async def _grade_all(
-    students,
-    expected,
-    folder,
-    box,
-    editions,
-    timeout,
-    jobs,
-    seed,
-    log,
-    outcomes,
-    rows,
-    table,
-):
+@dataclass
+class _Run:
+    """One batch: what it grades and how, and the outcomes and rows found so far."""
+
+    students: list
+    expected: list
+    folder: Path
+    box: Sandbox
+    editions: _Editions
+    timeout: float
+    seed: int | None
+    log: object
+    table: _Table | None
+    outcomes: dict = field(default_factory=dict)  # (student, assignment) -> outcome
+    rows: dict = field(default_factory=dict)  # student -> row
+
+
+async def _grade_all(run: _Run, jobs: int):
+    """Grade every notebook of ``run``, ``jobs`` at a time; a student's row is made (and
+    appended to the partial CSV) as soon as all their notebooks are graded."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     stopped = []
@@ -257,16 +249,19 @@ async def _grade_all(
     slots: asyncio.Queue = asyncio.Queue()
     for slot in range(jobs):
         slots.put_nowait(slot)
+    table = run.table
     ignore = [] if table is None else [str(table.out), str(table.partial)]
-    watching = None if box.confined else _Watch(folder, ignore)
-    left = {s.name: len(s.notebooks) for s in students}
+    watching = None if run.box.confined else _Watch(run.folder, ignore)
+    left = {s.name: len(s.notebooks) for s in run.students}
 
     def student_done(student) -> None:
-        rows[student.name] = _row(student, expected, outcomes, box.confined)
+        run.rows[student.name] = _row(
+            student, run.expected, run.outcomes, run.box.confined
+        )
         if table is not None:
-            table.append(rows[student.name])
+            table.append(run.rows[student.name])
 
-    for student in students:
+    for student in run.students:
         if not student.notebooks:
             student_done(student)
 
@@ -283,12 +278,12 @@ async def _grade_all(
                     source,
                     Path(shown).name,
                     ASSIGNMENTS[assignment],
-                    sandbox=box,
-                    editions=editions,
+                    sandbox=run.box,
+                    editions=run.editions,
                     slot=slot,
-                    timeout=timeout,
-                    seed=seed,
-                    watched=[folder],
+                    timeout=run.timeout,
+                    seed=run.seed,
+                    watched=[run.folder],
                 )
             except asyncio.CancelledError:
                 raise
@@ -298,11 +293,11 @@ async def _grade_all(
                 raise asyncio.CancelledError
             if watching:
                 outcome["flags"] += watching.ended(key)
-            outcomes[key] = outcome
+            run.outcomes[key] = outcome
         finally:
             slots.put_nowait(slot)
-        if log:
-            log(
+        if run.log:
+            run.log(
                 f"{student.name} ({shown}): {outcome['status']} "
                 f"[{time.monotonic() - begun:.1f} s]"
             )
@@ -311,7 +306,7 @@ async def _grade_all(
             student_done(student)
 
     try:
-        await asyncio.gather(*(one(s, a) for s in students for a in s.notebooks))
+        await asyncio.gather(*(one(s, a) for s in run.students for a in s.notebooks))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
     finally:
