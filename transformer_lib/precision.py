@@ -3,11 +3,11 @@ scale the loss where 16 bits would lose small gradients (GradScaler).
 
 - ``"fp32"``: everything in float32, as the rest of the book does.
 - ``"bf16"``: matrix products in bfloat16 under ``torch.autocast``; weights, optimizer
-  state and the loss stay float32 (autocast keeps reductions such as softmax and
-  LayerNorm in float32, and ``masked_cross_entropy`` upcasts the logits). bfloat16 has
-  float32's exponent range, so gradients need no scaling. Fast on recent GPUs and on
-  CPUs with bf16 instructions; elsewhere it can be slower than fp32
-  (``benchmarks/ddp.py`` measures it).
+  state and the loss stay float32 (``masked_cross_entropy`` upcasts the logits). On CUDA
+  autocast also runs softmax, LayerNorm and sums in float32; on the CPU they take the
+  bfloat16 results as they come (their kernels accumulate in float32). bfloat16 has
+  float32's exponent range, so gradients need no scaling. Fast on recent GPUs; on a CPU
+  it can be slower than fp32 (``benchmarks/ddp.py`` measures it).
 - ``"fp16"``: float16 under autocast, CUDA only. Its exponent range is small: gradients
   below about 6e-8 become zero. ``GradScaler`` multiplies the loss by a large factor
   before the backward pass and divides the gradients by it before the step, skipping
