@@ -24,24 +24,40 @@ def _chapter_table() -> list[tuple]:
 
 
 def _file_table() -> dict:
+    """Each setting's medians over the rounds (the chapter shows those)."""
+    medians = json.loads(RESULTS.read_text())["medians"]
+    return {(r["processes"], r["precision"], r["accumulate"]): r for r in medians}
+
+
+def _speeds(key) -> list[float]:
     runs = json.loads(RESULTS.read_text())["runs"]
-    return {(r["processes"], r["precision"], r["accumulate"]): r for r in runs}
+    return [r["steps_per_second"] for r in runs
+            if (r["processes"], r["precision"], r["accumulate"]) == key]
 
 
 def test_chapter_13_shows_the_measured_table():
     table = _file_table()
     rows = _chapter_table()
     assert len(rows) == len(table)
-    for processes, precision, micro, speed, exact in rows:
-        run = table[(processes, precision, micro)]
-        assert speed == round(run["steps_per_second"], 1), (processes, precision, micro)
-        assert exact == round(run["test_exact_match"], 4), (processes, precision, micro)
+    for processes, precision, micro, speed, (low, high), exact in rows:
+        key = (processes, precision, micro)
+        run = table[key]
+        assert speed == round(run["steps_per_second"], 1), key
+        assert (low, high) == (round(min(_speeds(key)), 1), round(max(_speeds(key)), 1)), key
+        assert exact == round(run["test_exact_match"], 4), key
 
 
 def test_what_chapter_13_says_about_the_table_holds():
     speed = {key: run["steps_per_second"] for key, run in _file_table().items()}
     exact = [run["test_exact_match"] for run in _file_table().values()]
-    assert min(exact) >= 0.99  # "every run ends at or near 100%"
+    machine = json.loads(RESULTS.read_text())["machine"]
+    assert machine["cpus"] == 2
+    assert round(machine["load_average_before"]) == 5  # "about 5 before and 7.5 after"
+    assert round(machine["load_average_after"], 1) == 7.5
+    assert min(exact) >= 0.98  # "at or near 99%" (the medians)
+    base = _speeds((1, "fp32", 1))
+    assert max(base) > 1.3 * min(base)  # "vary from round to round by a third and more"
+    assert max(speed.values()) == speed[(1, "fp32", 1)]  # "no setting beat one process"
     assert speed[(2, "fp32", 1)] < speed[(1, "fp32", 1)]  # two processes: fewer steps/s
-    assert speed[(1, "fp32", 2)] < 0.6 * speed[(1, "fp32", 1)]  # two micro-batches: ~half
+    assert speed[(1, "fp32", 2)] < 0.8 * speed[(1, "fp32", 1)]  # two micro-batches: slower
     assert speed[(1, "bf16", 1)] < speed[(1, "fp32", 1)]  # bf16 slower on this CPU

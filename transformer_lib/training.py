@@ -15,9 +15,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import distributed
-from .precision import autocast, check_precision, grad_scaler
-from .stopping import StopFlag
-
 from ._checks import (
     check_bool,
     check_instance,
@@ -30,6 +27,8 @@ from ._checks import (
     check_token_ids,
 )
 from .loss import masked_cross_entropy, token_accuracy
+from .precision import autocast, check_precision, grad_scaler
+from .stopping import StopFlag
 
 
 def noam_lr(step: int, d_model: int, warmup: int) -> float:

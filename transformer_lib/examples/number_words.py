@@ -12,6 +12,14 @@ vocabularies) atomically. From Python::
     translate(model, "ninety-seven")            # 'siebenundneunzig'
     translate(model, "ninety-seven", beam_size=4)
 
+The same command runs under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
+transformer_lib.examples.number_words ...``): the processes train one model with
+DistributedDataParallel, each on its share of every batch (``transformer_lib.distributed``,
+chapter 13). ``--precision bf16|fp16`` trains under autocast, ``--accumulate K`` in K
+micro-batches per step. SIGTERM or Ctrl-C stops a run after the current step with a
+resumable checkpoint at ``--out`` (exit status 75); the same command with ``--resume
+OUT`` finishes it.
+
 The recipe is tuned for a short budget (half a minute on two CPU cores gives 99% exact
 match and more) and departs from the paper's where measurements said so
 (``benchmarks/capstone_recipe.py``):
@@ -299,15 +307,20 @@ def data_fingerprint(data: NumberWordsData) -> str:
     return digest.hexdigest()[:16]
 
 
+class ResumeMismatch(ValueError):
+    """A checkpoint cannot be resumed with these settings (``check_resumable``)."""
+
+
 def check_resumable(checkpoint: dict, run: dict) -> None:
-    """Raise ValueError unless ``checkpoint`` (``load_resumable``) was saved by a run with
-    the settings ``run``: a run continues only with the settings it started with."""
+    """Raise ResumeMismatch (a ValueError) unless ``checkpoint`` (``load_resumable``) was
+    saved by a run with the settings ``run``: a run continues only with the settings it
+    started with."""
     saved = checkpoint["training"].get("run", {})
     different = [f"{key}: saved {saved.get(key)!r}, now {value!r}"
                  for key, value in run.items() if saved.get(key) != value]
     if different:
-        raise ValueError("the checkpoint was saved by a run with other settings, so it "
-                         "cannot be continued with these: " + "; ".join(different))
+        raise ResumeMismatch("the checkpoint was saved by a run with other settings, so "
+                             "it cannot be continued with these: " + "; ".join(different))
 
 
 @torch.no_grad()
@@ -714,53 +727,53 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    args.out = args.out or f"number_words_{args.lang}.pt"
-    _check_args(parser, args)
-    try:
-        world = distributed.setup(args.device)
-    except ValueError as error:
-        parser.error(f"argument --device: {error}")
-    try:
-        return _main(parser, args, world)
-    finally:
-        distributed.teardown()
+    stop = StopFlag()
+    with stop.catch_signals():  # from here on, SIGTERM and Ctrl-C end with a checkpoint
+        parser = _parser()
+        args = parser.parse_args(argv)
+        args.out = args.out or f"number_words_{args.lang}.pt"
+        stop.after = args.stop_after
+        _check_args(parser, args)
+        try:
+            world = distributed.setup(args.device)
+        except ValueError as error:
+            parser.error(f"argument --device: {error}")
+        try:
+            return _main(parser, args, world, stop)
+        finally:
+            distributed.teardown()
 
 
-def _main(parser: argparse.ArgumentParser, args, world: distributed.World) -> int:
+def _main(parser: argparse.ArgumentParser, args, world: distributed.World,
+          stop: StopFlag) -> int:
     resume = _check_world_args(parser, args, world)
     if args.threads:
         torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000
     seconds = args.minutes * 60 if args.minutes is not None else None
     say = print if world.is_main else (lambda *values, **options: None)
-    stop = StopFlag(after=args.stop_after)
-    with stop.catch_signals():  # from here on, SIGTERM and Ctrl-C end with a checkpoint
-        start = time.perf_counter()
-        data = NumberWordsData(args.lang, train_size=args.train_size, n_test=args.test_size,
-                               n_valid=max(1, args.test_size // 4), seed=args.seed)
-        say(f"data: {data} ({time.perf_counter() - start:.1f} s)")
-        if world.parallel:
-            say(f"data parallel: {world.size} processes ({torch.distributed.get_backend()}), "
-                f"{args.batch_size} examples per step in {world.size * args.accumulate} "
-                f"micro-batches")
-        if resume is not None:
-            done = resume["training"]
-            say(f"resuming {args.resume}: step {done['step']}, {done['seconds']:.1f} s used")
-        try:
-            result = train_number_words(
-                args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
-                batch_size=args.batch_size, lr_factor=args.lr_factor, warmup=args.warmup,
-                device=args.device, accumulate=args.accumulate, precision=args.precision,
-                world=world, resume=resume, stop=stop, evaluate_test=False,
-                progress=world.is_main)
-        except ValueError as error:
-            if resume is None or "other settings" not in str(error):
-                raise
-            parser.error(f"argument --resume: {error}")
-        code = _finish(args, world, result, data, stop) if world.is_main else 0
-        return distributed.broadcast_object(code)  # every rank exits as rank 0 does
+    start = time.perf_counter()
+    data = NumberWordsData(args.lang, train_size=args.train_size, n_test=args.test_size,
+                           n_valid=max(1, args.test_size // 4), seed=args.seed)
+    say(f"data: {data} ({time.perf_counter() - start:.1f} s)")
+    if world.parallel:
+        say(f"data parallel: {world.size} processes ({torch.distributed.get_backend()}), "
+            f"{args.batch_size} examples per step in {world.size * args.accumulate} "
+            f"micro-batches")
+    if resume is not None:
+        done = resume["training"]
+        say(f"resuming {args.resume}: step {done['step']}, {done['seconds']:.1f} s used")
+    try:
+        result = train_number_words(
+            args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
+            batch_size=args.batch_size, lr_factor=args.lr_factor, warmup=args.warmup,
+            device=args.device, accumulate=args.accumulate, precision=args.precision,
+            world=world, resume=resume, stop=stop, evaluate_test=False,
+            progress=world.is_main)
+    except ResumeMismatch as error:
+        parser.error(f"argument --resume: {error}")
+    code = _finish(args, world, result, data, stop) if world.is_main else 0
+    return distributed.broadcast_object(code)  # every rank exits as rank 0 does
 
 
 def _finish(args, world, result: TrainResult, data, stop: StopFlag) -> int:
