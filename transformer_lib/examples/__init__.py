@@ -12,6 +12,8 @@ __all__ = ["NumberTranslator", "attention_batch", "attention_maps", "exact_match
 
 
 def __getattr__(name: str):
+    if name == "number_words":
+        return import_module(".number_words", __name__)
     if name in __all__:
         return getattr(import_module(".number_words", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
