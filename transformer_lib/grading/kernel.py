@@ -79,9 +79,27 @@ def _size(msg: dict) -> int:
     return total + sum(len(b) for b in msg.get("buffers") or [])
 
 
+_CONTEXT: list = []
+
+
+def _context() -> zmq.asyncio.Context:
+    """The ZeroMQ context of every graded kernel's sockets (one per process: making and
+    destroying one per kernel costs up to a second each time). Its sockets drop a
+    message larger than ``MAX_MESSAGE_BYTES`` before reading it, queue few messages,
+    and never reconnect: a socket path the kernel replaced (by a link elsewhere) is not
+    followed."""
+    if not _CONTEXT:
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        context.setsockopt(zmq.RCVHWM, 64)
+        context.setsockopt(zmq.RECONNECT_IVL, -1)
+        _CONTEXT.append(context)
+    return _CONTEXT[0]
+
+
 class SandboxedKernelManager(AsyncKernelManager):
-    """A kernel manager whose kernel command is the sandbox's, whose sockets refuse
-    oversized messages, and whose connection file is handed to the kernel's user."""
+    """A kernel manager whose kernel command is the sandbox's, whose sockets are
+    ``_context``'s, and whose connection file is handed to the kernel's user."""
 
     def __init__(self, *, argv, hand_over, **kwargs):
         super().__init__(**kwargs)
@@ -89,11 +107,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             argv=list(argv), display_name="graded Python", language="python"
         )
         self._hand_over = hand_over
-        self.context = zmq.asyncio.Context()
-        self.context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        self.context.setsockopt(zmq.RCVHWM, 64)
-        # A socket path the kernel replaced (by a link elsewhere) is never reconnected.
-        self.context.setsockopt(zmq.RECONNECT_IVL, -1)
+        self.context = _context()
 
     def write_connection_file(self, **kwargs):
         written = super().write_connection_file(**kwargs)
@@ -306,7 +320,6 @@ async def _stop(client, km) -> None:
         await ensure_async(km.cleanup_resources())
     except Exception:
         pass
-    km.context.destroy(linger=0)
 
 
 async def _cells(
