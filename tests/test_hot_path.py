@@ -1,10 +1,12 @@
-"""torch.compile: the hot path (forward, loss, a training step, a cached decoding step)
-traces into one graph, and the compiled code computes eager mode's numbers.
+"""The hot path (forward, loss, a training step, a cached decoding step) never reads a
+tensor's value: under torch.compile it traces into one graph, whose compiled code computes
+eager mode's numbers, and on a GPU it never waits for the device.
 
-Graph breaks come from Python that reads a tensor's value (``.item()``, ``int(t)``,
-``if t.any():``): the compiler cannot trace it, and on a GPU it also waits for the
-device. ``torch._dynamo.explain`` counts them without compiling anything; the fullgraph
-tests compile with the default backend (Inductor, which needs a C compiler on the CPU).
+Reading a value (``.item()``, ``int(t)``, ``if t.any():``) is what breaks a graph: the
+compiler cannot trace it, and on a GPU it is a sync (the host waits until the device has
+run all queued work). ``torch._dynamo.explain`` counts graph breaks without compiling;
+the fullgraph tests compile with the default backend (Inductor, which needs a C compiler
+on the CPU); the sync test needs a CUDA device.
 """
 from __future__ import annotations
 
@@ -165,3 +167,24 @@ def test_fullgraph_cached_decoding_step_matches_eager():
         torch.testing.assert_close(logits, expected)
         eager_token = compiled_token = expected.argmax(-1, keepdim=True)
     assert compiled_cache[0]["self"]["k"].shape == eager_cache[0]["self"]["k"].shape
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_hot_path_never_syncs_a_cuda_device():
+    """torch.cuda's sync debug mode turns every device-to-host wait into an error."""
+    model = _model(dropout=0.1).cuda().train()
+    src, tgt = (t.cuda() for t in _batch())
+    token = torch.ones(3, 1, dtype=torch.long, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _loss(model, src, tgt).backward()  # forward, loss and backward
+        model.eval()
+        with torch.no_grad():
+            memory = model.encode(src)
+            cache = model.decoder.new_cache()
+            for _ in range(3):
+                token = _decode_step(model, token, memory, src, cache).argmax(-1, keepdim=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()  # a bad id would surface here, as a device-side assert
