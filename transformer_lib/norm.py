@@ -19,8 +19,8 @@ class LayerNorm(nn.Module):
     Two paths that compute the same function, like ``MultiHeadAttention``'s:
     - ``explicit(x)`` (for teaching): the formula above, one tensor operation at a time.
     - ``forward(x)`` (fast, what ``norm(x)`` calls): PyTorch's fused ``F.layer_norm``.
-      The formula runs about six kernels forward and more backward, each a full pass
-      over the (B, L, d_model) activations; the fused kernel makes one pass each way.
+      The formula runs eight kernels forward (one per operation) and more backward,
+      each a full pass over the activations; the fused kernel makes one pass each way.
       A model calls its LayerNorms in every layer, so on a GPU this decides whether a
       training step keeps up with ``nn.Transformer``.
 
