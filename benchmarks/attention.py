@@ -13,6 +13,7 @@ Prints ratios, ours / PyTorch's (below 1: we are faster):
    shared vocabulary of 32,000, label smoothing 0.1, fused Adam): tl.Transformer against
    nn.Transformer with the same embeddings, positional encoding and output layer.
    On a GPU: B=64 x L=128 under bfloat16 autocast; on the CPU a smaller batch in float32.
+   ``--compile`` adds tl.Transformer with forward and loss compiled (fullgraph=True).
 
 Then it says whether the targets are met: on a GPU, fused attention <= 1.00x at every
 L >= 128 and the training step <= 1.00x; on the CPU, attention <= 1.10x and the training
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 
 import torch
 from torch import nn
@@ -126,9 +128,11 @@ def make_adam(model):
         return torch.optim.Adam(model.parameters(), **settings)
 
 
-def bench_train_step(device, repeats, batch, length, amp, vocab=32_000, d_model=512,
-                     heads=8, layers=6, d_ff=2048, dropout=0.1):
-    """One Adam step of the base model: ours vs nn.Transformer, same embeddings."""
+def bench_train_step(device, repeats, batch, length, amp, compile_step=False, vocab=32_000,
+                     d_model=512, heads=8, layers=6, d_ff=2048, dropout=0.1):
+    """One Adam step of the base model: ours vs nn.Transformer, same embeddings; with
+    ``compile_step``, also ours with forward and loss in one torch.compile(fullgraph=True)
+    graph (its compile time, the first call, reported apart)."""
     print(f"\nTraining step of the base model, B={batch} x L={length}, vocab={vocab} (shared), "
           f"d_model={d_model}, {heads} heads, {layers}+{layers} layers, d_ff={d_ff}, "
           f"dropout {dropout}, label smoothing 0.1, {amp} autocast, fused Adam")
@@ -143,24 +147,43 @@ def bench_train_step(device, repeats, batch, length, amp, vocab=32_000, d_model=
     src, tgt = src.to(device), tgt.to(device)
     optimizers = {"ours": make_adam(ours), "nn": make_adam(theirs)}
 
-    def step(model, name):
+    def forward_and_loss(model, src, tgt):
+        with autocast(device, amp):
+            logits = model(src, tgt[:, :-1])
+            return tl.masked_cross_entropy(logits, tgt[:, 1:], pad_id=0, label_smoothing=0.1)
+
+    def step(model, name, loss_fn=forward_and_loss):
         def fn():
             model.train()
-            with autocast(device, amp):
-                logits = model(src, tgt[:, :-1])
-                loss = tl.masked_cross_entropy(logits, tgt[:, 1:], pad_id=0,
-                                               label_smoothing=0.1)
+            loss = loss_fn(model, src, tgt)
             optimizers[name].zero_grad(set_to_none=True)
             loss.backward()
             optimizers[name].step()
         return fn
 
-    t = median_times({"nn": step(theirs, "nn"), "ours": step(ours, "ours")}, repeats, device)
-    ratio = t["ours"] / t["nn"]
+    fns = {"nn": step(theirs, "nn"), "ours": step(ours, "ours")}
+    result = {"batch": batch, "length": length, "vocab": vocab, "amp": amp}
+    if compile_step:
+        compiled = step(ours, "ours", torch.compile(forward_and_loss, fullgraph=True))
+        start = time.perf_counter()
+        compiled()  # compiles forward and backward
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        result["compile_s"] = time.perf_counter() - start
+        fns["compiled"] = compiled
+    t = median_times(fns, repeats, device)
+    result.update(nn_ms=1e3 * t["nn"], ours_ms=1e3 * t["ours"], ratio=t["ours"] / t["nn"])
     print(f"nn.Transformer {1e3 * t['nn']:.1f} ms, tl.Transformer {1e3 * t['ours']:.1f} ms, "
-          f"ratio {ratio:.2f}")
-    return {"batch": batch, "length": length, "vocab": vocab, "amp": amp,
-            "nn_ms": 1e3 * t["nn"], "ours_ms": 1e3 * t["ours"], "ratio": ratio}
+          f"ratio {result['ratio']:.2f}")
+    if compile_step:
+        result.update(compiled_ms=1e3 * t["compiled"],
+                      compiled_vs_eager=t["compiled"] / t["ours"],
+                      compiled_vs_nn=t["compiled"] / t["nn"])
+        print(f"tl.Transformer compiled (fullgraph): {1e3 * t['compiled']:.1f} ms a step after "
+              f"{result['compile_s']:.0f} s compiling; compiled / eager "
+              f"{result['compiled_vs_eager']:.2f}, compiled / nn.Transformer (eager) "
+              f"{result['compiled_vs_nn']:.2f}")
+    return result
 
 
 def main(argv=None) -> int:
@@ -180,6 +203,9 @@ def main(argv=None) -> int:
                         help="training-step length (default: 128 on a GPU, 32 on the CPU)")
     parser.add_argument("--amp", choices=("bf16", "none"), default=None,
                         help="training-step autocast (default: bf16 on a GPU, none on the CPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the training step with forward and loss compiled "
+                             "(torch.compile, fullgraph=True)")
     parser.add_argument("--skip", choices=("attention", "train_step"), action="append",
                         default=[], help="leave out a part")
     parser.add_argument("--threads", type=int, default=None,
@@ -213,7 +239,7 @@ def main(argv=None) -> int:
             device, repeats=repeats,
             batch=args.step_batch or (64 if gpu else 8),
             length=args.step_length or (128 if gpu else 32),
-            amp=args.amp or ("bf16" if gpu else "none"))
+            amp=args.amp or ("bf16" if gpu else "none"), compile_step=args.compile)
 
     targets = TARGETS[device.type]
     print()
