@@ -31,6 +31,26 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
+def add_common_arguments(parser, json_name: str) -> None:
+    """--device, --threads and --json, as every benchmark script takes them."""
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
+                        help=f"write the results as JSON (default path: "
+                             f"benchmarks/results/{json_name})")
+
+
+def start(args) -> tuple[torch.device, dict]:
+    """Pick the device and the threads; print and return where the numbers come from."""
+    device = pick_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    info = describe(device)
+    print(", ".join(f"{k} {v}" for k, v in info.items() if v is not None))
+    return device, info
+
+
 def median_times(fns: dict, repeats: int, device: torch.device, warmup: int = 2) -> dict:
     """Run each function ``warmup`` times, then ``repeats`` interleaved rounds; return
     the median seconds per call of each."""

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 import transformer_lib as tl
-from _timing import RESULTS, describe, median_times, pick_device, write_json
+from _timing import RESULTS, add_common_arguments, median_times, start, write_json
 
 TARGETS = {"cuda": {"attention": 1.00, "train_step": 1.00},
            "cpu": {"attention": 1.10, "train_step": 1.05}}
@@ -189,7 +189,7 @@ def bench_train_step(device, repeats, batch, length, amp, compile_step=False, vo
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    add_common_arguments(parser, "attention_<device>.json")
     parser.add_argument("--quick", action="store_true", help="fewer lengths and repeats")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="attention lengths (default: 128 ... 4096 on a GPU, "
@@ -208,23 +208,14 @@ def main(argv=None) -> int:
                              "(torch.compile, fullgraph=True)")
     parser.add_argument("--skip", choices=("attention", "train_step"), action="append",
                         default=[], help="leave out a part")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
-                        help="write the results as JSON (default path: "
-                             "benchmarks/results/attention_<device>.json)")
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    device, info = start(args)
     gpu = device.type == "cuda"
     if gpu:
         # The same cuBLAS settings for both sides; TF32 off (float32 means float32).
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    info = describe(device)
-    print(", ".join(f"{k} {v}" for k, v in info.items() if v is not None))
     lengths = args.lengths or ([128, 256, 512, 1024, 2048, 4096] if gpu
                                else [128, 256, 512, 1024])
     if args.quick:

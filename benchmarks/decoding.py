@@ -22,7 +22,7 @@ import argparse
 import torch
 
 import transformer_lib as tl
-from _timing import RESULTS, describe, median_times, pick_device, write_json
+from _timing import RESULTS, add_common_arguments, median_times, start, write_json
 
 MODELS = {
     "base": dict(vocab=32_000, d_model=512, num_heads=8, layers=6, d_ff=2048),
@@ -34,24 +34,15 @@ TARGET = 3.0
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    add_common_arguments(parser, "decoding_<model>_<device>.json")
     parser.add_argument("--model", choices=sorted(MODELS), default="small")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--src-len", type=int, default=32, help="source length")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=None,
                         help="interleaved repeats (default: 10 on a GPU, 3 on the CPU)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
-                        help="write the results as JSON (default path: "
-                             "benchmarks/results/decoding_<model>_<device>.json)")
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    info = describe(device)
-    print(", ".join(f"{k} {v}" for k, v in info.items() if v is not None))
+    device, info = start(args)
     config = MODELS[args.model]
     torch.manual_seed(0)
     model = tl.Transformer(config["vocab"], config["vocab"], config["d_model"],
