@@ -96,6 +96,19 @@ def test_bad_token_ids_still_raise_named_errors_in_eager_mode():
         model.encode(src)
 
 
+def test_bad_token_ids_raise_under_inference_mode():
+    """Inference tensors have no version counter: they are checked every time."""
+    model = _model()
+    src, tgt = _batch()
+    with torch.inference_mode():
+        src, tgt = src.clone(), tgt.clone()
+        model(src, tgt)
+        src[0, 0] = VOCAB
+        with pytest.raises(ValueError, match=r"src must be < vocab_size=13"):
+            model(src, tgt)
+        assert tl.greedy_decode(model, src[1:], 4, bos_id=1, eos_id=2).shape[0] == 2
+
+
 def test_token_ids_checked_against_a_smaller_vocabulary_are_checked_again():
     ids = torch.tensor([[1, 2, 9]])
     tl_checks.check_token_ids("ids", ids, vocab_size=10)

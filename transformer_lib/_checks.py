@@ -226,14 +226,15 @@ def check_token_ids(name: str, tokens, vocab_size: int | None = None,
     if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
         raise TypeError(
             f"{name} must hold integer token ids (torch.int64), got {dtype}")
-    if (tokens.numel() == 0 or torch.compiler.is_compiling()
+    if (tokens.numel() == 0 or _is_compiling()
             or _ids_checked(tokens, vocab_size, ignore)):
         return
     ids = tokens if ignore is None else tokens.masked_fill(tokens == ignore, 0)
     if ids.device.type == "cuda":
         low, high = torch.aminmax(ids)  # (), () on the GPU: nothing is read here
         ok = low >= 0 if vocab_size is None else (low >= 0) & (high < vocab_size)
-        torch._assert_async(ok, f"{name} holds a token id outside [0, {vocab_size})")
+        torch._assert_async(ok, f"{name} holds a token id outside "
+                                f"[0, {'inf' if vocab_size is None else vocab_size})")
     elif ids.device.type == "cpu":
         low, high = (int(t) for t in torch.aminmax(ids))  # one pass over the tokens
         if low < 0:
@@ -242,8 +243,12 @@ def check_token_ids(name: str, tokens, vocab_size: int | None = None,
             raise ValueError(
                 f"{name} must be < vocab_size={vocab_size}, got a token id of {high}"
             )
-    _CHECKED_IDS.append((weakref.ref(tokens), tokens._version, vocab_size, ignore))
+    if not tokens.is_inference():  # (inference tensors have no version counter)
+        _CHECKED_IDS.append((weakref.ref(tokens), tokens._version, vocab_size, ignore))
 
+
+# torch.compiler.is_compiling is torch >= 2.3's; the package accepts torch 2.2.
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 # The last token tensors check_token_ids passed: (weak reference, version counter,
 # vocab_size, ignore). Transformer.forward, encode, decode, the embeddings and the masks
@@ -254,6 +259,8 @@ _CHECKED_IDS: collections.deque = collections.deque(maxlen=8)
 def _ids_checked(tokens: torch.Tensor, vocab_size: int | None, ignore: int | None) -> bool:
     """Whether these very ids, unmodified (same version), passed a check at least as
     strict: a vocabulary no larger, and the same ``ignore`` id or none."""
+    if tokens.is_inference():
+        return False
     for ref, version, checked_vocab, checked_ignore in tuple(_CHECKED_IDS):
         if (ref() is tokens and version == tokens._version
                 and checked_ignore in (None, ignore)
