@@ -1,7 +1,7 @@
 """Everything a GPU runner checks, in one command.
 
 Usage, on a machine with a CUDA build of torch and the book's stack installed:
-    python scripts/check_gpu.py                    # all four checks (about half an hour)
+    python scripts/check_gpu.py                    # all four checks
     python scripts/check_gpu.py --only nbval tests # some of them
     python scripts/check_gpu.py --dry-run          # print the commands, run nothing
 
