@@ -209,6 +209,62 @@ def test_layernorm_matches_torch(dtype, shape):
     close(ours(x), theirs(x), dtype)
 
 
+# Outputs of size 1 to 4: a few units in the last place of each dtype.
+PATH_TOL = {
+    torch.float64: dict(atol=1e-12, rtol=1e-12),
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.float16: dict(atol=4e-3, rtol=2e-3),
+    torch.bfloat16: dict(atol=3e-2, rtol=1.6e-2),
+}
+
+
+@pytest.mark.parametrize("dtype", list(PATH_TOL))
+def test_layernorm_fast_and_explicit_paths_agree(dtype):
+    """forward (PyTorch's fused F.layer_norm) and explicit (the formula) compute the same
+    outputs and the same gradients, and forward is exactly nn.LayerNorm."""
+    d = 24
+    ours, theirs = tl.LayerNorm(d), nn.LayerNorm(d)
+    with torch.no_grad():
+        ours.weight.copy_(1 + 0.3 * torch.randn(d))
+        ours.bias.copy_(0.3 * torch.randn(d))
+        theirs.load_state_dict(ours.state_dict())
+    ours, theirs = ours.to(dtype), theirs.to(dtype)
+    x = (3 * torch.randn(2, 5, d, dtype=torch.float64) + 1).to(dtype)
+    grad_out = torch.randn(2, 5, d, dtype=torch.float64).to(dtype)
+    results = []
+    for path in (ours, ours.explicit, theirs):
+        ours.zero_grad()
+        theirs.zero_grad()
+        xi = x.clone().requires_grad_()
+        y = path(xi)
+        y.backward(grad_out)
+        module = theirs if path is theirs else ours
+        results.append((y, xi.grad, module.weight.grad, module.bias.grad))
+    fast, explicit, reference = results
+    for a, b in zip(fast, reference):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for a, b in zip(fast, explicit):
+        assert a.dtype == b.dtype == dtype
+        scale = max(1.0, b.abs().max().item())  # the weight and bias gradients sum 10 rows
+        torch.testing.assert_close(a, b, rtol=PATH_TOL[dtype]["rtol"],
+                                   atol=PATH_TOL[dtype]["atol"] * scale)
+
+
+def test_layernorm_half_input_to_float32_weights():
+    """Without autocast, half-precision input to float32 weights is normalised in float32
+    and cast back, on both paths; under autocast the fast path is nn.LayerNorm's."""
+    ours, theirs = tl.LayerNorm(16), nn.LayerNorm(16)
+    x = (5 * torch.randn(3, 16)).to(torch.bfloat16)
+    out, explicit = ours(x), ours.explicit(x)
+    assert out.dtype == explicit.dtype == torch.bfloat16
+    torch.testing.assert_close(out, explicit, **PATH_TOL[torch.bfloat16])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, reference = ours(x), theirs(x)
+        out32, reference32 = ours(x.float()), theirs(x.float())
+    assert out.dtype == reference.dtype and torch.equal(out, reference)
+    assert out32.dtype == reference32.dtype and torch.equal(out32, reference32)
+
+
 def test_layernorm_normalises():
     x = torch.randn(4, 9, dtype=torch.float64) * 5 - 2
     y = tl.LayerNorm(9).double()(x)

@@ -47,8 +47,17 @@ def _assert_same_weights(a, b):
 
 @pytest.fixture(scope="module")
 def whole_runs(data):
-    """The runs never stopped, one per accumulation factor."""
-    return {k: nw.train_number_words("de", **_settings(data, accumulate=k)) for k in (1, 2, 3)}
+    """The runs never stopped, one per accumulation factor. One thread, as in the tests
+    (this module-scoped fixture runs before their one_thread fixture): some CPU kernels,
+    LayerNorm's fused backward among them, sum in an order that depends on the number of
+    threads, so bit for bit holds for one thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return {k: nw.train_number_words("de", **_settings(data, accumulate=k))
+                for k in (1, 2, 3)}
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("accumulate, stop_after",

@@ -9,7 +9,9 @@ does not fit), ``ValueError``.
 """
 from __future__ import annotations
 
+import collections
 import math
+import weakref
 from numbers import Integral, Real
 
 import torch
@@ -167,8 +169,9 @@ def check_activations(name: str, x, d_model: int) -> None:
 
 def check_same_size(dim: int, what: str, **tensors: torch.Tensor) -> None:
     """Raise unless the named tensors agree in dimension ``dim`` (``what`` it means)."""
-    sizes = {name: t.size(dim) for name, t in tensors.items()}
-    if len(set(sizes.values())) > 1:
+    first, *others = (t.size(dim) for t in tensors.values())
+    if any(size != first for size in others):
+        sizes = {name: t.size(dim) for name, t in tensors.items()}
         raise ValueError(
             f"{_and(sizes)} must have the same {what}, got {_and(sizes.values())}")
 
@@ -196,31 +199,75 @@ def check_matches_weight(name: str, x: torch.Tensor, weight: torch.Tensor,
     differ on purpose."""
     check_floating(name, x)
     check_on_device(name, x, weight)
-    autocast = torch.is_autocast_enabled(x.device.type)
-    if need_same_dtype and x.dtype != weight.dtype and not autocast:
+    if (need_same_dtype and x.dtype != weight.dtype
+            and not torch.is_autocast_enabled(x.device.type)):
         raise TypeError(f"{name} has dtype {x.dtype}, but the module's weights are "
                         f"{weight.dtype}; convert the input, or the module with "
                         f".to({x.dtype})")
 
 
 def check_token_ids(name: str, tokens, vocab_size: int | None = None,
-                    ndim: int | tuple[int, ...] | None = None) -> None:
+                    ndim: int | tuple[int, ...] | None = None,
+                    ignore: int | None = None) -> None:
     """Raise unless ``tokens`` is an integer tensor (of rank ``ndim``) of ids in
-    ``[0, vocab_size)``."""
+    ``[0, vocab_size)``; entries equal to ``ignore`` (a padding id) may lie outside.
+
+    The range check reads the ids' values, and it is made only where that costs
+    nothing. Reading a value of a GPU tensor waits for the GPU to finish all queued
+    work (a sync), and ``torch.compile`` cannot trace it (a graph break). So the named
+    errors are raised in eager mode for CPU tensors; CUDA tensors get an asynchronous
+    device assert (a bad id stops the program at the next sync, as PyTorch's embedding
+    lookup would, without a wait on every call); compiled code and other devices rely
+    on the lookup's own bounds check. A tensor already checked and not modified since
+    is not read again (a model checks the same ``src`` at several levels).
+    """
     check_tensor(name, tokens, ndim)
     dtype = tokens.dtype
     if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
         raise TypeError(
             f"{name} must hold integer token ids (torch.int64), got {dtype}")
-    if tokens.numel() == 0:
+    if (tokens.numel() == 0 or _is_compiling()
+            or _ids_checked(tokens, vocab_size, ignore)):
         return
-    low, high = (int(t) for t in torch.aminmax(tokens))  # one pass over the tokens
-    if low < 0:
-        raise ValueError(f"{name} must be >= 0, got a token id of {low}")
-    if vocab_size is not None and high >= vocab_size:
-        raise ValueError(
-            f"{name} must be < vocab_size={vocab_size}, got a token id of {high}"
-        )
+    ids = tokens if ignore is None else tokens.masked_fill(tokens == ignore, 0)
+    if ids.device.type == "cuda":
+        low, high = torch.aminmax(ids)  # (), () on the GPU: nothing is read here
+        ok = low >= 0 if vocab_size is None else (low >= 0) & (high < vocab_size)
+        torch._assert_async(ok, f"{name} holds a token id outside "
+                                f"[0, {'inf' if vocab_size is None else vocab_size})")
+    elif ids.device.type == "cpu":
+        low, high = (int(t) for t in torch.aminmax(ids))  # one pass over the tokens
+        if low < 0:
+            raise ValueError(f"{name} must be >= 0, got a token id of {low}")
+        if vocab_size is not None and high >= vocab_size:
+            raise ValueError(
+                f"{name} must be < vocab_size={vocab_size}, got a token id of {high}"
+            )
+    if not tokens.is_inference():  # (inference tensors have no version counter)
+        _CHECKED_IDS.append((weakref.ref(tokens), tokens._version, vocab_size, ignore))
+
+
+# torch.compiler.is_compiling is torch >= 2.3's; the package accepts torch 2.2.
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+# The last token tensors check_token_ids passed: (weak reference, version counter,
+# vocab_size, ignore). Transformer.forward, encode, decode, the embeddings and the masks
+# all check the same src, and a decoding loop passes the same src at every step.
+_CHECKED_IDS: collections.deque = collections.deque(maxlen=8)
+
+
+def _ids_checked(tokens: torch.Tensor, vocab_size: int | None, ignore: int | None) -> bool:
+    """Whether these very ids, unmodified (same version), passed a check at least as
+    strict: a vocabulary no larger, and the same ``ignore`` id or none."""
+    if tokens.is_inference():
+        return False
+    for ref, version, checked_vocab, checked_ignore in tuple(_CHECKED_IDS):
+        if (ref() is tokens and version == tokens._version
+                and checked_ignore in (None, ignore)
+                and (vocab_size is None
+                     or checked_vocab is not None and checked_vocab <= vocab_size)):
+            return True
+    return False
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -255,7 +302,10 @@ def check_mask(mask, target_shape: torch.Size | tuple[int, ...], name: str = "ma
             f"convert with `{name} == 0` or `{name}.bool()` after checking its polarity"
         )
     target_shape = tuple(target_shape)
-    if broadcast_shape(tuple(mask.shape), target_shape) != target_shape:
+    # Broadcasting leaves target_shape unchanged: each mask size is 1 or the target's.
+    fits = mask.dim() <= len(target_shape) and all(
+        m == 1 or m == t for m, t in zip(reversed(mask.shape), reversed(target_shape)))
+    if not fits:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention "
             f"scores' shape {target_shape}"

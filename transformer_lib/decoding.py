@@ -29,13 +29,16 @@ from .model import Transformer
 
 @contextlib.contextmanager
 def _eval_mode(model):
-    """Decode with dropout off, then restore the caller's mode."""
+    """Decode with dropout off, then restore the caller's mode (a model already in
+    eval mode is left alone: switching visits every submodule)."""
     was_training = model.training
-    model.eval()
+    if was_training:
+        model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def _next_logits(model, ys, memory, src, cache):

@@ -21,7 +21,7 @@ def _flatten(logits, targets, pad_id):
     check_int("pad_id", pad_id)
     # Padding may use an id outside the vocabulary (ignore_index is often -100).
     vocab_size = logits.size(-1)
-    check_token_ids("targets", targets.masked_fill(targets == pad_id, 0), vocab_size)
+    check_token_ids("targets", targets, vocab_size, ignore=pad_id)
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
             f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree: "

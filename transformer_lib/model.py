@@ -111,6 +111,8 @@ class Transformer(nn.Module):
             # Position 0 holds the start token, never padding, even if its id is pad_id
             # (Marian starts from its pad token): keep it visible, as the cache does.
             self_mask[..., 0] = False
+        elif new == 1:  # one new query, the last position: it may see every key
+            self_mask = None  # (the usual decoding step: no mask to build and apply)
         else:  # new query i sits at position offset + i and may see keys 0 .. offset + i
             self_mask = causal_mask(new, device=tgt_in.device, offset=offset)  # (1, 1, new, offset+new)
         x = self.pos_enc(self.tgt_embed(tgt_in), offset=offset)

@@ -126,18 +126,27 @@ class MultiHeadAttention(nn.Module):
         return k, v
 
     def _check_inputs(self, query, key, value, need_weights, cache):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            check_tensor(name, x, ndim=3)
-            check_width(name, x, self.d_model)
-            check_matches_weight(name, x, self.q_proj.weight)
-        check_same_size(0, "batch size", query=query, key=key, value=value)
-        check_same_size(1, "length", key=key, value=value)
+        # Self-attention passes one tensor three times, cross-attention the memory
+        # twice: each tensor is checked once (this runs in every layer, every step).
+        self._check_input("query", query)
+        if key is not query:
+            self._check_input("key", key)
+        if value is not key:
+            self._check_input("value", value)
+            check_same_size(1, "length", key=key, value=value)
+        if not (query is key and key is value):
+            check_same_size(0, "batch size", query=query, key=key, value=value)
         check_bool("need_weights", need_weights)
         if cache is not None:
             check_instance("cache", cache, dict, "a dict (or None)")
             if "k" in cache and cache["k"].size(0) != query.size(0):
                 raise ValueError(f"cache holds a batch of {cache['k'].size(0)}, "
                                  f"but query has batch size {query.size(0)}")
+
+    def _check_input(self, name, x):
+        check_tensor(name, x, ndim=3)
+        check_width(name, x, self.d_model)
+        check_matches_weight(name, x, self.q_proj.weight)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout}"

@@ -1,0 +1,97 @@
+"""Timing helpers shared by the benchmark scripts (not a benchmark itself).
+
+Each timing is the median of interleaved repeats: round after round, every contender runs
+once, so background load on a shared machine affects all of them alike. On the CPU a run
+is timed with ``time.perf_counter``; on a CUDA device with CUDA events, after a sync, so
+the time runs from the first launch to the end of the last kernel: it includes the host's
+launch overhead whenever the GPU has to wait for it, and nothing else the host does.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def pick_device(name: str) -> torch.device:
+    """``--device``: "cpu", "cuda" or "cuda:N"; exits with a message if it is missing."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device {name}: no CUDA device is visible to torch "
+                 f"{torch.__version__} on this machine")
+    if device.type not in ("cpu", "cuda"):
+        sys.exit(f"--device must be cpu or cuda[:N], got {name!r}")
+    return device
+
+
+def add_common_arguments(parser, json_name: str) -> None:
+    """--device, --threads and --json, as every benchmark script takes them."""
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
+                        help=f"write the results as JSON (default path: "
+                             f"benchmarks/results/{json_name})")
+
+
+def start(args) -> tuple[torch.device, dict]:
+    """Pick the device and the threads; print and return where the numbers come from."""
+    device = pick_device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    info = describe(device)
+    print(", ".join(f"{k} {v}" for k, v in info.items() if v is not None))
+    return device, info
+
+
+def median_times(fns: dict, repeats: int, device: torch.device, warmup: int = 2) -> dict:
+    """Run each function ``warmup`` times, then ``repeats`` interleaved rounds; return
+    the median seconds per call of each."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    cuda = device.type == "cuda"
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if cuda:
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                torch.cuda.synchronize(device)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end) / 1e3)  # ms -> s
+            else:
+                begin = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - begin)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def describe(device: torch.device) -> dict:
+    """Where the numbers come from: the device, torch, threads, the Python and machine."""
+    info = {"device": str(device), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "machine": platform.machine(), "processor": platform.processor() or None}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def write_json(path: Path, payload: dict) -> Path:
+    """Write ``payload`` (plus the command line and a UTC timestamp) as indented JSON."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"command": " ".join(["python"] + sys.argv),
+               "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
