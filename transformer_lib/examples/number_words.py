@@ -44,7 +44,7 @@ import torch
 from .._checks import check_device, check_instance
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.numbers import split_numbers
-from ..data.tokenize import MorphemeTokenizer
+from ..data.tokenize import tokenizer_inventory
 from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..training import noam_lr, train
@@ -83,8 +83,7 @@ class NumberTranslator(Transformer):
 
     def extra_state(self) -> dict:
         """Everything besides the weights that a checkpoint needs (plain Python values)."""
-        morphemes = (list(self.tgt_tokenizer.morphemes)
-                     if isinstance(self.tgt_tokenizer, MorphemeTokenizer) else None)
+        morphemes = tokenizer_inventory(self.tgt_tokenizer)  # a BPE state: one str
         return dict(src_vocab=list(self.src_vocab.itos), tgt_vocab=list(self.tgt_vocab.itos),
                     lang=self.lang, scheme=self.scheme, morphemes=morphemes,
                     max_target_len=self.max_target_len)
@@ -98,6 +97,7 @@ def build_model(data: NumberWordsData, **overrides) -> NumberTranslator:
     config = {**MODEL_CONFIG, **overrides}
     longest = int((data.tensors["train"][1] != Vocab.pad_id).sum(1).max())
     return NumberTranslator(data.src_vocab, data.tgt_vocab, data.lang, data.scheme,
+                            tokenizer_inventory(data.tgt_tokenizer),
                             max_target_len=longest + 8, **config)
 
 
