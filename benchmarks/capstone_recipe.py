@@ -86,12 +86,14 @@ class Data:
     def __init__(self):
         self.cache, self.sets = {}, {}
 
-    def get(self, lang, seed, scheme, zero_prob, train_size=12_000) -> NumberWordsData:
-        key = (lang, seed, scheme, zero_prob)
+    def get(self, lang, seed, scheme, zero_prob, train_size=12_000,
+            **options) -> NumberWordsData:
+        """``options``: more NumberWordsData arguments (``bpe_vocab_size``)."""
+        key = (lang, seed, scheme, zero_prob, tuple(sorted(options.items())))
         if key not in self.sets:
             self.sets[key] = NumberWordsData(lang, train_size=train_size, seed=seed,
                                              scheme=scheme, zero_prob=zero_prob,
-                                             cache=self.cache)
+                                             cache=self.cache, **options)
         return self.sets[key]
 
 

@@ -1,0 +1,82 @@
+"""Exact match against training time: the capstone's morpheme targets against learned
+BPE vocabularies (a script, not a test; chapter 10 quotes its results).
+
+    python benchmarks/capstone_bpe.py                    # CPU-second budgets 2, 4, 8
+    python benchmarks/capstone_bpe.py --clock wall --budgets 5 10
+    python benchmarks/capstone_bpe.py --sizes 40 60 100 200 --seeds 0 1 2
+
+Every recipe is the chapter's ("new" in ``capstone_recipe.py``: ``nw.MODEL_CONFIG``,
+``nw.TRAIN_CONFIG``, one thread) and only the German target tokenization changes: the
+hand-made morphemes ("glued", the default) or a byte-pair encoding learned from the
+training targets with ``--sizes`` tokens (``NumberWordsData(scheme="bpe")``). Chapter
+10 compares them at a fixed number of steps, which a stored output can show; this script
+gives them the same time, which depends on the machine. ``--clock cpu`` (the default)
+counts the process's CPU time, a stand-in for a quiet machine when the one at hand is
+shared; ``--clock wall`` counts wall-clock seconds, as ``--minutes`` in the command line.
+Each run records its steps, seconds per step and the mean target length, and the results
+go to ``benchmarks/results/capstone_bpe_CLOCK.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capstone_recipe import Data, print_table, recipes, run_one, save  # noqa: E402
+
+
+def bpe_recipes(sizes) -> dict:
+    """name -> settings: the chapter's recipe with morpheme or BPE targets."""
+    new = recipes()["new"]
+    table = {"morphemes": new}
+    for size in sizes:
+        table[f"BPE {size}"] = dict(new, data=dict(new["data"], scheme="bpe",
+                                                   bpe_vocab_size=size))
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[60, 200])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
+    parser.add_argument("--out", default=None,
+                        help="JSON file (default: benchmarks/results/capstone_bpe_CLOCK.json)")
+    args = parser.parse_args(argv)
+    table = bpe_recipes(args.sizes)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = args.out or os.path.join(here, "results", f"capstone_bpe_{args.clock}.json")
+    data_sets, results = Data(), []
+    header = dict(kind="bpe", clock=args.clock, torch=torch.__version__,
+                  cpus=os.cpu_count(),
+                  processor=platform.processor() or platform.machine(),
+                  cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                  recipes=table)
+    for seed in args.seeds:
+        for budget in args.budgets:
+            for name, recipe in table.items():
+                r = run_one(name, recipe, "de", seed, budget, args.clock, data_sets)
+                data = data_sets.get("de", seed, **recipe["data"])
+                tgt = data.tensors["train"][1]
+                r["target_vocab"] = len(data.tgt_vocab)
+                # tokens per training target, <eos> included (the model writes them)
+                r["mean_target_len"] = round(float((tgt != 0).sum(1).float().mean()) - 1, 3)
+                results.append(r)
+                print(f"{name:<12} seed {seed} {budget:>4g} s ({args.clock}): exact match "
+                      f"{r['exact_match']:.4f} after {r['steps']} steps "
+                      f"({1e3 * r['cpu_s_per_step']:.1f} ms/step CPU, "
+                      f"{1e3 * r['wall_s_per_step']:.1f} wall), "
+                      f"load {r['load_before'][0]:.1f}", flush=True)
+                save(out, dict(header, results=results))  # partial results survive
+    print_table(results)
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
