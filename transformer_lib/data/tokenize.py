@@ -14,8 +14,11 @@ token of its own, so the cut is always possible and always exact.
 French writes numbers as several words ("quatre-vingt-dix-sept mille"). With separators
 as tokens of their own, almost every second output step only writes a space or a hyphen.
 The "glued" scheme attaches each separator to the piece after it ("quatre", "-vingt",
-"-dix", "-sept", " mille"): 40% fewer steps, and the separator is chosen with the word.
+"-dix", "-sept", " mille"): 45% fewer steps, and the separator is chosen with the word.
 German, one word, is cut the same way by both schemes.
+
+The fourth scheme, "bpe", is learned from the training targets instead of written by
+hand: a byte-pair encoding (``bpe.py``), as in the paper.
 """
 from __future__ import annotations
 
