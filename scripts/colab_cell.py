@@ -18,17 +18,18 @@ import nbformat
 REPOSITORY = "https://github.com/tested-transformer/tested-transformer"
 REF = "main"
 
-# Lines of at most 88 characters, like every code cell (CONTRIBUTING.md).
-SOURCE = f'''# Colab setup: in Google Colab, install transformer_lib and the packages Colab lacks.
+SOURCE = f'''# Colab setup: in Google Colab, install transformer_lib (and the few packages Colab lacks).
 # Anywhere else (Jupyter, nbval, the HTML build) this cell does nothing.
 import sys
 
 if "google.colab" in sys.modules:
     import subprocess
 
-    PACKAGE = ("transformer_lib[book] @ "
-               "git+{REPOSITORY}@{REF}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", PACKAGE], check=True)'''
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q",
+         "transformer_lib[book] @ git+{REPOSITORY}@{REF}"],
+        check=True,
+    )'''
 
 TAG = "remove-cell"
 MARKER = "# Colab setup:"
