@@ -10,6 +10,9 @@ on the very same submissions.
 
     python benchmarks/grade_class.py --students 5 --assignments 01_attention 02_masks
     python benchmarks/grade_class.py --library /tmp/old --notebooks /tmp/old/assignments
+
+Every assignment is named with ``--assignment`` (older graders accept it too), so the
+same command times the grader before and after a change.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ def main(argv=None) -> int:
         "--library", default=str(ROOT), help="the checkout whose grader runs"
     )
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="pass --no-sandbox to the grader (its cost without the sandbox)",
+    )
     args = parser.parse_args(argv)
     notebooks = Path(args.notebooks)
     assignments = args.assignments or sorted(
@@ -81,6 +89,8 @@ def main(argv=None) -> int:
                 str(Path(tmp) / "grades.csv"),
                 "--jobs",
                 str(args.jobs),
+                *[x for name in assignments for x in ("--assignment", name)],
+                *(["--no-sandbox"] if args.no_sandbox else []),
             ],
             env=env,
             capture_output=True,
@@ -106,7 +116,9 @@ def main(argv=None) -> int:
         return 1
     print(
         f"{args.students} students x {len(assignments)} assignments ({count}"
-        f" notebooks), --jobs {args.jobs}: {seconds:.1f} s (grader: {args.library})"
+        f" notebooks), --jobs {args.jobs}"
+        f"{', --no-sandbox' if args.no_sandbox else ''}: {seconds:.1f} s (grader:"
+        f" {args.library})"
     )
     return 0
 

@@ -119,3 +119,46 @@ def random_tokens(batch: int, length: int, vocab: int, lengths=None, low: int = 
 def tokens():
     """Factory fixture for padded token batches: ``tokens(batch, length, vocab, lengths=None)``."""
     return random_tokens
+
+
+# ---------------------------------------------------------------------------------------
+# Processes a test starts (torchrun, its workers, a CLI run): nothing may outlive the test.
+
+
+def _children() -> dict[int, list[int]]:
+    """{parent pid: [child pids]} from /proc (Linux); {} where there is no /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc").is_dir() else []:
+        try:
+            stat = entry.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name may hold spaces
+        tree.setdefault(ppid, []).append(int(entry.parent.name))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, grandchildren, ...), deepest first."""
+    tree, out, stack = _children(), [], [pid]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out[::-1]
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL ``proc`` (a Popen) and everything below it, and reap ``proc``. torchrun starts
+    its workers in sessions of their own, so killing its process group would miss them:
+    they are found through their parent pids, before ``proc`` dies and orphans them."""
+    import signal
+
+    if proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+    proc.wait()

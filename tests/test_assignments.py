@@ -24,7 +24,7 @@ from transformer_lib.assignments import (
     strip_regions,
 )
 from transformer_lib.grading import ASSIGNMENTS, TASKS
-from transformer_lib.grading.guard import resolve
+from transformer_lib.grading.runner.guard import resolve
 from transformer_lib.grading.nbgrader import points
 from transformer_lib.grading.verdict import grade_namespace
 

@@ -1,45 +1,51 @@
-"""Batch grading in real kernels: isolation, verdicts computed outside the kernel, the
-attacks of the hostile review, reporting, and the command line's checks before any work.
+"""Batch grading in real kernels: verdicts computed outside the kernel, reporting, the
+collection rules, interruption, grading without a sandbox, and the command line's checks
+before any work.
 
 One class folder holds an honest, a buggy, a crashing, a hanging and a malformed
-submission and one submission per attack; it is graded once (a module-scoped fixture:
-kernels are slow) and the tests read the rows. A second, small class uses one folder per
-student.
+submission and a few that try the plain tricks; it is graded once (a module-scoped
+fixture: kernels are slow) and the tests read the rows. The hostile review's attacks are
+in ``test_grading_attacks.py``.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from classroom import (
+    INSTRUCTOR,
+    ROOT,
+    STUDENT,
+    grader_processes,
+    instructor,
+    need_sandbox,
+    run_cli,
+    write,
+)
 from conftest import HONEST_ATTENTION
-from transformer_lib.grading import MISTAKES, batch
+from transformer_lib.grading import MISTAKES, batch, collect
 from transformer_lib.grading.__main__ import main
+from transformer_lib.grading.sandbox import SandboxUnavailable
 
-ROOT = Path(__file__).resolve().parents[1]
-STUDENT = ROOT / "assignments" / "student"
-INSTRUCTOR = ROOT / "assignments" / "instructor"
 TIMEOUT = 15
 
 GOOD = HONEST_ATTENTION
 
 FORGER = """
 import transformer_lib.grading as grading
-from transformer_lib.grading import kernel, verdict, batch, submission
-fake = {"score": 1.0, "passed": 99, "total": 99, "feedback": "all 99 cases passed",
-        "flags": []}
-verdict.judge_task = lambda *args, **kwargs: fake
-verdict.grade_namespace = lambda *args, **kwargs: {"attention": fake}
-batch.grade_notebook = submission.grade_notebook = None
-grading.check_attention = lambda fn: True
 print("attention,1.000,all 99 cases passed")
+grading.check_attention = lambda fn: True
+def scaled_dot_product_attention(q, k, v, mask=None):
+    raise NotImplementedError()
 """
 
 WRAPPER = """
@@ -61,34 +67,13 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return getattr(transformer_lib, "scaled_dot" + "_product_attention")(q, k, v, mask)
 """
 
-VANDAL = """
-import glob
-for name in ("good.ipynb", "buggy.ipynb", "../good.ipynb"):
-    try:
-        open(name, "w").write("{}")
-    except OSError:
-        pass
-for name in glob.glob("*.ipynb") + glob.glob("../*.ipynb"):
-    print(name, len(open(name).read()))
-"""
-
-# An informed attack: the grader's command line and folder are in /proc; read the
-# classmates' notebooks there, take the honest one's function, and overwrite another
-# classmate's file.
-INFORMED = """
-import glob, json, os
-parent = os.environ.get("JPY_PARENT_PID") or str(os.getppid())
-args = open(f"/proc/{parent}/cmdline").read().split("\\0")
-home = os.readlink(f"/proc/{parent}/cwd")
-for folder in [os.path.join(home, a) for a in args] + [os.path.dirname(SUBMISSIONS)]:
-    found = glob.glob(os.path.join(folder, "*", "*.ipynb"))
-    for path in found + glob.glob(os.path.join(folder, "*.ipynb")):
-        if path.endswith("good.ipynb"):
-            for cell in json.load(open(path))["cells"]:
-                if "def scaled_dot_product_attention" in "".join(cell["source"]):
-                    exec("".join(cell["source"]))
-open(os.path.join(SUBMISSIONS, "buggy.ipynb"), "w").write("{}")
-"""
+# The honest attention, with PyTorch's fused kernel for the context: a banned reference
+# named in the graded code.
+TORCH_REFERENCE = "import torch.nn.functional as F\n" + HONEST_ATTENTION.replace(
+    "return weights @ v, weights",
+    "keep = None if mask is None else ~mask\n"
+    "    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), weights",
+)
 
 MUTATOR = """
 def scaled_dot_product_attention(q, k, v, mask=None):  # wrong polarity, zeroes the mask
@@ -101,13 +86,16 @@ def scaled_dot_product_attention(q, k, v, mask=None):  # wrong polarity, zeroes 
     return weights @ v, weights
 """
 
-PROBE = """
+PROBE = (
+    """
 import json, os, sys
 seen = json.dumps([os.getcwd(), dict(os.environ), sys.argv, sys.path, os.listdir("."),
                    os.listdir(".."), get_ipython().profile_dir.location])
 if SUBMISSIONS in seen or os.path.basename(SUBMISSIONS) in seen:
     raise RuntimeError("the kernel can see where the submissions are")
-""" + GOOD
+"""
+    + GOOD
+)
 
 
 def _student_notebook(*cells, tasks=None):
@@ -125,6 +113,7 @@ def _files(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
+    need_sandbox()
     subs = tmp_path_factory.mktemp("class") / "submissions"
     subs.mkdir()
     where = f"SUBMISSIONS = {str(subs)!r}"
@@ -138,8 +127,7 @@ def graded_class(tmp_path_factory):
         "wrapper": _student_notebook(WRAPPER),
         "importlib": _student_notebook(IMPORTLIB),
         "getattr": _student_notebook(GETATTR),
-        "vandal": _student_notebook(VANDAL),
-        "informed": _student_notebook(where, INFORMED),
+        "torch_reference": _student_notebook(TORCH_REFERENCE),
         "mutator": _student_notebook(MUTATOR),
         "metadata": _student_notebook(
             "def sinusoidal_table(max_len, d_model):\n    raise NotImplementedError()",
@@ -178,18 +166,18 @@ def test_the_csv_has_one_row_per_student_and_one_column_per_task(graded_class):
     csv_rows = graded_class["csv"]
     assert sorted(csv_rows) == sorted(p[:-6] for p in graded_class["before"])
     assert graded_class["columns"] == [
-        "student",
-        "status",
+        *batch.FIXED_COLUMNS,
         "attention",
-        "total",
-        "max_total",
-        "flags",
-        "feedback",
+        *batch.END_COLUMNS,
     ]
     for row in csv_rows.values():
         assert 0.0 <= float(row["attention"]) <= 1.0 and row["max_total"] == "1"
-    assert graded_class["log"][-1].startswith("graded 14 students (14 notebooks)")
-    assert any("flagged:" in line for line in graded_class["log"][-1].splitlines())
+        assert row["sandbox"] == "bubblewrap"
+    summary = graded_class["log"][-1]
+    assert summary.startswith(
+        "graded 13 students (13 notebooks, each in its own sandbox)"
+    )
+    assert "flagged:" in summary
 
 
 def test_honest_and_buggy_submissions(graded_class):
@@ -232,11 +220,23 @@ def test_forging_the_grade_in_the_kernel_changes_nothing(graded_class):
 
 
 @pytest.mark.parametrize("name", ["wrapper", "importlib", "getattr"])
-def test_reaching_the_reference_scores_zero_and_is_flagged(graded_class, name):
+def test_the_librarys_reference_is_not_there(graded_class, name):
+    """However it is looked for, the reference in the student edition is a stand-in:
+    using it scores 0, flagged, with the reason."""
     row = graded_class["csv"][name]
     assert row["attention"] == "0.000"
     assert "transformer_lib.attention.scaled_dot_product_attention" in row["flags"]
-    assert "while it was graded" in row["feedback"]
+    assert "your code used" in row["feedback"]
+
+
+def test_a_pytorch_reference_named_in_the_graded_code_scores_zero(graded_class):
+    row = graded_class["csv"]["torch_reference"]
+    assert row["attention"] == "0.000"
+    assert "torch.nn.functional.scaled_dot_product_attention" in row["flags"]
+    assert (
+        "your code uses torch.nn.functional.scaled_dot_product_attention"
+        in (row["feedback"])
+    )
 
 
 def test_a_mutated_mask_is_a_mistake_and_gains_nothing(graded_class):
@@ -256,40 +256,9 @@ def test_the_kernel_cannot_see_where_the_submissions_are(graded_class):
     assert probe["status"] == "ok" and probe["attention"] == "1.000", probe["feedback"]
 
 
-def test_vandalism_in_the_working_folder_changes_no_file(graded_class):
-    """Writing good.ipynb in the kernel's folder writes the kernel's private copy of
-    nothing: no classmate's file changes, and nobody's grade does."""
-    row = graded_class["csv"]["vandal"]
-    assert row["attention"] == "0.000"
-    assert "files outside" not in row["flags"]
-    changed = {
-        n
-        for n in graded_class["before"]
-        if graded_class["after"].get(n) != graded_class["before"][n]
-    }
-    assert changed <= {"buggy.ipynb"}  # only the informed attack's target (see below)
-
-
-def test_an_informed_attack_gains_nothing_and_is_flagged(graded_class):
-    """A notebook that finds the submissions through /proc, runs a classmate's solution
-    and overwrites another classmate's file: on one machine without containers the write
-    happens (see assignments/README.md), but it is flagged, scores 0, and the classmate
-    is graded from the copy read before any kernel started."""
-    rows = graded_class["csv"]
-    informed, buggy = rows["informed"], rows["buggy"]
-    assert informed["attention"] == "0.000"
-    assert "touched files of other submissions" in informed["feedback"]
-    assert "(the submissions)" in informed["flags"]
-    assert "buggy.ipynb" in informed["flags"]  # the changed file is named
-    assert 0.0 < float(buggy["attention"]) < 1.0 and buggy["status"] == "ok"
-    assert graded_class["after"]["buggy.ipynb"] == b"{}"  # the write did happen
-
-
-def test_the_grader_writes_no_submission(graded_class):
-    for name, content in graded_class["before"].items():
-        if name != "buggy.ipynb":
-            assert graded_class["after"][name] == content, name
-    assert set(graded_class["after"]) == set(graded_class["before"])
+def test_the_grader_writes_no_submission_and_leaves_nothing_running(graded_class):
+    assert graded_class["after"] == graded_class["before"]
+    assert grader_processes() == []
 
 
 # --------------------------------------------------------------------------------------
@@ -297,6 +266,7 @@ def test_the_grader_writes_no_submission(graded_class):
 # --------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def student_folders(tmp_path_factory):
+    need_sandbox()
     subs = tmp_path_factory.mktemp("folders")
     (subs / "alice").mkdir()
     (subs / "bob" / "ps1").mkdir(parents=True)
@@ -306,11 +276,18 @@ def student_folders(tmp_path_factory):
     nbformat.write(_student_notebook(GOOD), subs / "bob" / "ps1" / "01_attention.ipynb")
     nbformat.write(_student_notebook(), subs / "bob" / "scratch.ipynb")
     lines = []
-    rows = batch.grade_folder(subs, None, timeout=TIMEOUT, jobs=2, log=lines.append)
+    rows = batch.grade_folder(
+        subs,
+        None,
+        timeout=TIMEOUT,
+        jobs=2,
+        assignments=["01_attention", "02_masks"],
+        log=lines.append,
+    )
     return {row["student"]: row for row in rows}, lines
 
 
-def test_student_folders_expect_every_assignment_of_the_class(student_folders):
+def test_student_folders_expect_every_assignment_named(student_folders):
     rows, lines = student_folders
     alice, bob = rows["alice"], rows["bob"]
     assert (alice["attention"], alice["masks"], alice["max_total"]) == (
@@ -390,7 +367,15 @@ def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
 def test_an_empty_folder_is_an_error(tmp_path, capsys, no_kernels):
     (tmp_path / "empty").mkdir()
     err = _fails(
-        ["grade", str(tmp_path / "empty"), "--out", str(tmp_path / "g.csv")], capsys
+        [
+            "grade",
+            str(tmp_path / "empty"),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(tmp_path / "g.csv"),
+        ],
+        capsys,
     )
     assert "no notebooks to grade" in err
     assert not (tmp_path / "g.csv").exists()
@@ -400,7 +385,15 @@ def test_a_missing_folder_and_an_unnamed_assignment_are_errors(
     one_notebook, tmp_path, capsys, no_kernels
 ):
     err = _fails(
-        ["grade", str(tmp_path / "nope"), "--out", str(tmp_path / "g.csv")], capsys
+        [
+            "grade",
+            str(tmp_path / "nope"),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(tmp_path / "g.csv"),
+        ],
+        capsys,
     )
     assert "does not exist" in err
     err = _fails(["grade", str(one_notebook), "--out", str(tmp_path / "g.csv")], capsys)
@@ -454,6 +447,7 @@ def test_an_unwritable_out_folder_is_refused(
 def test_the_csv_is_written_atomically(tmp_path, monkeypatch):
     out = tmp_path / "g.csv"
     out.write_text("the previous grades\n", encoding="utf-8")
+    columns = [*batch.FIXED_COLUMNS, "attention", *batch.END_COLUMNS]
     rows = [
         {
             "student": "alice",
@@ -461,11 +455,12 @@ def test_the_csv_is_written_atomically(tmp_path, monkeypatch):
             "attention": "1.000",
             "total": "1.000",
             "max_total": "1",
+            "sandbox": "bubblewrap",
             "flags": "",
             "feedback": "",
         }
     ]
-    batch.write_csv(out, rows, ["attention"])
+    batch.write_csv(out, rows, columns)
     assert out.read_text(encoding="utf-8").startswith("student,status,attention,total")
 
     def broken(*args, **kwargs):
@@ -473,13 +468,34 @@ def test_the_csv_is_written_atomically(tmp_path, monkeypatch):
 
     monkeypatch.setattr(batch.csv.DictWriter, "writerows", broken)
     with pytest.raises(OSError):
-        batch.write_csv(out, rows, ["attention"])
+        batch.write_csv(out, rows, columns)
     assert out.read_text(encoding="utf-8").startswith(
         "student,status"
     )  # the old file, whole
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "g.csv"
     ]  # no temporary file left
+
+
+def test_text_that_a_spreadsheet_would_run_is_kept_as_text(tmp_path):
+    table = batch._Table(tmp_path / "g.csv", ["attention"])
+    row = {
+        "student": "=HYPERLINK(1)",
+        "status": "ok",
+        "attention": "1.000",
+        "total": "1.000",
+        "max_total": "1",
+        "sandbox": "bubblewrap",
+        "flags": "",
+        "feedback": "@SUM(1)",
+    }
+    table.append(row)
+    table.finish([row])
+    with open(tmp_path / "g.csv", newline="", encoding="utf-8") as handle:
+        (written,) = list(csv.DictReader(handle))
+    assert written["student"] == "'=HYPERLINK(1)" and written["feedback"] == "'@SUM(1)"
+    assert written["attention"] == "1.000"
+    assert not (tmp_path / "g.partial.csv").exists()
 
 
 def test_the_module_entry_point_answers_help():
@@ -493,4 +509,217 @@ def test_the_module_entry_point_answers_help():
         result.returncode == 0
         and "--assignment" in result.stdout
         and "--timeout" in result.stdout
+        and "--no-sandbox" in result.stdout
     )
+
+
+# --------------------------------------------------------------------------------------
+# Interrupted, unsandboxed, refused
+# --------------------------------------------------------------------------------------
+def test_an_interrupted_batch_leaves_its_finished_rows_and_no_kernel(tmp_path):
+    need_sandbox()
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    write(
+        subs,
+        {
+            "alice/01_attention.ipynb": instructor(),
+            "zed/01_attention.ipynb": _student_notebook("import time\ntime.sleep(600)"),
+        },
+    )
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transformer_lib.grading",
+            "grade",
+            str(subs),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(out),
+            "--timeout",
+            "300",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    partial = tmp_path / "grades.partial.csv"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # until alice's row is in
+            if partial.exists() and "alice" in partial.read_text(encoding="utf-8"):
+                break
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, err[-2000:]
+    assert "INTERRUPTED: 1 of 2 students graded" in err
+    assert "grades.partial.csv" in err and not out.exists()
+    with open(partial, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["student"] for r in rows] == ["alice"] and rows[0]["attention"] == "1.000"
+    time.sleep(1)
+    assert grader_processes() == []
+
+
+def test_without_a_sandbox_every_row_says_so_and_honest_work_is_not_flagged(
+    tmp_path,
+):
+    """--no-sandbox, as on a machine without bubblewrap, with a fresh HOME: the
+    grader's own first run there must not be blamed on the students."""
+    subs, out, home = tmp_path / "subs", tmp_path / "grades.csv", tmp_path / "home"
+    home.mkdir()
+    write(
+        subs,
+        {"alice.ipynb": instructor(), "dave.ipynb": _student_notebook()},
+    )
+    done, _ = run_cli(
+        [
+            "grade",
+            str(subs),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(out),
+            "--no-sandbox",
+        ],
+        env=dict(os.environ, HOME=str(home)),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "WITHOUT a sandbox (--no-sandbox)" in done.stderr
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = {r["student"]: r for r in csv.DictReader(handle)}
+    assert (
+        rows["alice"]["attention"] == "1.000" and rows["dave"]["attention"] == "0.000"
+    )
+    for row in rows.values():
+        assert row["sandbox"] == "none (--no-sandbox)"
+        assert row["flags"] == "", row["flags"]
+
+
+def test_no_sandbox_is_refused_unless_asked_for(
+    one_notebook, tmp_path, capsys, monkeypatch, no_kernels
+):
+    monkeypatch.setattr(
+        "transformer_lib.grading.sandbox.shutil.which", lambda name, *a, **k: None
+    )
+    with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
+        batch.grade_folder(one_notebook, None, assignments=["01_attention"])
+    err = _fails(
+        [
+            "grade",
+            str(one_notebook),
+            "--assignment",
+            "01_attention",
+            "--out",
+            str(tmp_path / "g.csv"),
+        ],
+        capsys,
+    )
+    assert "no sandbox can run here" in err and "--no-sandbox" in err
+    assert not (tmp_path / "g.csv").exists()
+
+
+# --------------------------------------------------------------------------------------
+# Collection: what a folder holds cannot trick the grader (no kernels here)
+# --------------------------------------------------------------------------------------
+def _collect(folder, assignments=("01_attention",)):
+    students, notes = collect.collect(folder, list(assignments))
+    return {s.name: s for s in students}, notes
+
+
+def test_only_regular_files_are_read_and_links_are_never_followed(tmp_path):
+    subs = tmp_path / "subs"
+    write(subs, {"alice/01_attention.ipynb": instructor()})
+    (subs / "bob").mkdir()
+    (subs / "bob" / "01_attention.ipynb").symlink_to(
+        subs / "alice" / "01_attention.ipynb"
+    )
+    (subs / "carl").symlink_to(subs / "alice")
+    (subs / "dora" / "01_attention.ipynb").mkdir(parents=True)
+    (subs / "emil").mkdir()
+    os.mkfifo(subs / "emil" / "01_attention.ipynb")
+    (subs / "fay").mkdir()
+    (subs / "fay" / "work").symlink_to(subs / "alice")  # a linked folder inside
+    students, _ = _collect(subs)
+    assert list(students["alice"].notebooks) == ["01_attention"]
+    assert "symbolic link" in students["bob"].problems["01_attention"]
+    assert "symbolic link" in students["carl"].problems["01_attention"]
+    assert "is a folder" in students["dora"].problems["01_attention"]
+    assert "is a FIFO" in students["emil"].problems["01_attention"]
+    assert not students["fay"].notebooks and not students["fay"].problems
+    for name in ("bob", "carl", "dora", "emil"):
+        assert not students[name].notebooks
+
+
+def test_a_notebook_too_large_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(collect, "MAX_NOTEBOOK_BYTES", 1000)
+    write(tmp_path, {"alice/01_attention.ipynb": instructor(), "bob/x.txt": b""})
+    write(tmp_path, {"bob/01_attention.ipynb": b"{}"})
+    students, _ = _collect(tmp_path)
+    assert "larger than" in students["alice"].problems["01_attention"]
+    assert students["bob"].notebooks["01_attention"][1] == b"{}"
+
+
+def test_hard_linked_notebooks_are_flagged_on_both_rows(tmp_path):
+    write(tmp_path, {"alice/01_attention.ipynb": instructor()})
+    (tmp_path / "bob").mkdir()
+    os.link(
+        tmp_path / "alice" / "01_attention.ipynb",
+        tmp_path / "bob" / "01_attention.ipynb",
+    )
+    students, _ = _collect(tmp_path)
+    assert "the same file as bob" in students["alice"].flags[0]
+    assert "the same file as alice" in students["bob"].flags[0]
+
+
+def test_the_instructors_list_decides_what_is_expected(tmp_path):
+    write(
+        tmp_path,
+        {
+            "alice/01_attention.ipynb": instructor(),
+            "alice/05_positional.ipynb": instructor("05_positional"),
+            "bob/lab/whatever.ipynb": instructor(),
+        },
+    )
+    students, notes = _collect(tmp_path)
+    assert list(students["alice"].notebooks) == ["01_attention"]
+    assert any("05_positional is not an assignment of this batch" in n for n in notes)
+    # one assignment named: a folder's only notebook is it, whatever its name
+    assert students["bob"].notebooks["01_attention"][0] == "bob/lab/whatever.ipynb"
+    students, _ = _collect(tmp_path, ("01_attention", "02_masks"))
+    assert students["bob"].notebooks == {}
+
+
+def test_one_notebook_per_assignment_and_the_rule_is_stated(tmp_path):
+    write(
+        tmp_path,
+        {
+            "kate/01_attention.ipynb": instructor(),
+            "kate/old/01_attention.ipynb": _student_notebook(),
+            "liam/a/01_attention.ipynb": instructor(),
+            "liam/b/01_attention.ipynb": instructor(),
+            "mia/.ipynb_checkpoints/01_attention-checkpoint.ipynb": instructor(),
+            "mia/01_attention.ipynb": instructor(),
+        },
+    )
+    students, _ = _collect(tmp_path)
+    kate, liam, mia = students["kate"], students["liam"], students["mia"]
+    assert kate.notebooks["01_attention"][0] == "kate/01_attention.ipynb"
+    assert "nearest the top" in kate.flags[0] and "kate/old" in kate.flags[0]
+    assert not liam.notebooks and "none graded" in liam.problems["01_attention"]
+    assert "exactly one notebook per assignment" in liam.flags[0]
+    assert mia.flags == [] and list(mia.notebooks) == ["01_attention"]
+
+
+def test_one_notebook_per_student_needs_exactly_one_assignment(tmp_path):
+    write(tmp_path, {"alice.ipynb": instructor()})
+    with pytest.raises(ValueError, match="exactly one assignment"):
+        collect.collect(tmp_path, ["01_attention", "02_masks"])
+    with pytest.raises(ValueError, match="--assignment"):
+        batch.check_assignments([])

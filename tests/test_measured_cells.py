@@ -1,4 +1,4 @@
-"""Chapters 5 and 7 time the reader's machine, and print the build machine's times only
+"""Chapters 5, 7 and 13 time the reader's machine, and print the build machine's times only
 where stored outputs are made or checked (``BOOK_STORED_OUTPUTS=1``, set by conftest.py
 and scripts/execute_chapters.py)."""
 from __future__ import annotations
@@ -18,7 +18,12 @@ from torch import nn
 import transformer_lib as tl
 
 ROOT = Path(__file__).resolve().parents[1]
-TIMED = {"05_multihead_attention.ipynb": "this machine", "07_encoder.ipynb": "(this machine)"}
+TIMED = {"05_multihead_attention.ipynb": "this machine", "07_encoder.ipynb": "(this machine)",
+         "13_scaling_out.ipynb": "(this machine)"}
+# What a timing cell reads from the cells before it: chapter 13 times the two torchrun runs
+# it made (their checkpoints' metrics).
+EARLIER = {"13_scaling_out.ipynb": {"runs": {
+    n: {"metrics": {"train_seconds": 1.5 * n, "steps": 40.0}} for n in (1, 2)}}}
 
 
 def _timing_cell(name: str) -> str:
@@ -34,8 +39,9 @@ def _timing_cell(name: str) -> str:
     return "\n\n".join(c.source for c in nb.cells[first:where[0] + 1])
 
 
-def _run(source: str) -> tuple[dict, str]:
-    namespace = {"torch": torch, "nn": nn, "tl": tl, "math": math, "time": time, "os": os}
+def _run(source: str, earlier: dict | None = None) -> tuple[dict, str]:
+    namespace = {"torch": torch, "nn": nn, "tl": tl, "math": math, "time": time, "os": os,
+                 **(earlier or {})}
     out = io.StringIO()
     with contextlib.redirect_stdout(out), torch.no_grad():
         exec(compile(source, "<timing cell>", "exec"), namespace)
@@ -49,9 +55,9 @@ def test_pytest_runs_with_stored_outputs_switched_on():
 @pytest.mark.parametrize("name", sorted(TIMED))
 def test_timing_cells_measure_unless_stored_outputs_are_made(name, monkeypatch):
     source = _timing_cell(name)
-    namespace, printed = _run(source)  # as nbval runs it
+    namespace, printed = _run(source, EARLIER.get(name))  # as nbval runs it
     assert namespace["MEASURE"] is False and "(this book's build machine)" in printed
     monkeypatch.delenv("BOOK_STORED_OUTPUTS")  # as in Jupyter or Colab
-    namespace, printed = _run(source)
+    namespace, printed = _run(source, EARLIER.get(name))
     assert namespace["MEASURE"] is True and TIMED[name] in printed
     assert "build machine" not in printed

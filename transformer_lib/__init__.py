@@ -1,7 +1,8 @@
 """transformer_lib: the shared package of The Tested Transformer.
 
 Modules follow the book's order: embedding, positional, masks, attention, multihead, feedforward,
-norm, encoder, decoder, model, loss, decoding, training. Conventions: batch-first tensors; boolean
+norm, encoder, decoder, model, loss, decoding, training; past one process (chapter 13):
+distributed, precision, stopping, checkpoint. Conventions: batch-first tensors; boolean
 masks with True = blocked; a fully blocked query row gets zero weights, never NaN.
 """
 from .attention import (

@@ -57,6 +57,11 @@ class BucketBatcher:
     again and each is trimmed to its longest sequence. Less padding means less wasted compute.
 
     ``bucket=False`` gives plain shuffled batches (for comparison).
+
+    ``state_dict()`` says where the batcher is (the pass, how many of its batches were handed
+    out, and the random state the pass was drawn from); a batcher built the same way and
+    given that state with ``load_state_dict`` continues exactly there: a resumed training
+    run reads the batches the interrupted one would have read.
     """
 
     def __init__(self, src: torch.Tensor, tgt: torch.Tensor, batch_size: int, pad_id: int = 0,
@@ -82,6 +87,8 @@ class BucketBatcher:
         # Lengths (without padding), computed once on the CPU.
         self.src_len = (src != pad_id).sum(1).cpu().numpy()
         self.tgt_len = (tgt != pad_id).sum(1).cpu().numpy()
+        self._position = self._start_of_pass(0)  # where the last batch handed out came from
+        self._resume = None  # a state to continue from, for the next __iter__
 
     @property
     def batches_per_epoch(self) -> int:
@@ -110,10 +117,48 @@ class BucketBatcher:
         return batches
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        epoch = 0
+        epoch, skip = 0, 0
+        if self._resume is not None:  # continue where a saved batcher stopped
+            epoch, skip = self._resume["epoch"], self._resume["batch"]
+            self.rng.bit_generator.state = self._resume["rng"]
+            self._resume = None
         while self.epochs is None or epoch < self.epochs:
-            for idx in self.epoch_batches():
+            self._position = self._start_of_pass(epoch)
+            batches = self.epoch_batches()
+            for i in range(skip, len(batches)):
+                idx = batches[i]
                 index = torch.as_tensor(idx, device=self.src.device)
                 ls, lt = int(self.src_len[idx].max()), int(self.tgt_len[idx].max())
+                self._position["batch"] = i + 1
                 yield self.src[index, :ls], self.tgt[index, :lt]
+            skip = 0
             epoch += 1
+            self._position = self._start_of_pass(epoch)
+
+    def _start_of_pass(self, epoch: int) -> dict:
+        return {"epoch": epoch, "batch": 0, "rng": self.rng.bit_generator.state}
+
+    def state_dict(self) -> dict:
+        """Where the batcher is: pass ``epoch``, ``batch`` batches of it handed out, and
+        ``rng``, the random state that pass was drawn from (plain Python values)."""
+        return dict(self._position)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()`` of a batcher built with the same data and
+        settings: the next iteration starts with the batch that one would give next."""
+        if not isinstance(state, dict) or set(state) != {"epoch", "batch", "rng"}:
+            raise ValueError(f"state must be a BucketBatcher.state_dict() (keys epoch, "
+                             f"batch, rng), got {state!r:.80}")
+        check_int("state['epoch']", state["epoch"], minimum=0)
+        check_int("state['batch']", state["batch"], minimum=0, maximum=self.batches_per_epoch)
+        if self.epochs is not None and state["epoch"] > self.epochs:
+            raise ValueError(f"state['epoch']={state['epoch']} is past this batcher's "
+                             f"epochs={self.epochs}")
+        probe = np.random.default_rng()
+        try:
+            probe.bit_generator.state = state["rng"]
+        except (TypeError, ValueError, KeyError) as error:
+            raise ValueError(f"state['rng'] is not a random state of NumPy's "
+                             f"{type(self.rng.bit_generator).__name__}: {error}") from None
+        self._resume = dict(state)
+        self._position = dict(state)

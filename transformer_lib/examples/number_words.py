@@ -12,6 +12,14 @@ vocabularies) atomically. From Python::
     translate(model, "ninety-seven")            # 'siebenundneunzig'
     translate(model, "ninety-seven", beam_size=4)
 
+The same command runs under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
+transformer_lib.examples.number_words ...``): the processes train one model with
+DistributedDataParallel, each on its share of every batch (``transformer_lib.distributed``,
+chapter 13). ``--precision bf16|fp16`` trains under autocast, ``--accumulate K`` in K
+micro-batches per step. SIGTERM or Ctrl-C stops a run after the current step with a
+resumable checkpoint at ``--out`` (exit status 75); the same command with ``--resume
+OUT`` finishes it.
+
 The recipe is tuned for a short budget (half a minute on two CPU cores gives 99% exact
 match and more) and departs from the paper's where measurements said so
 (``benchmarks/capstone_recipe.py``):
@@ -31,6 +39,7 @@ match and more) and departs from the paper's where measurements said so
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import pickle
@@ -39,15 +48,20 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-from .._checks import check_device, check_instance
+from .. import distributed
+from .._checks import check_device, check_instance, check_positive_int
+from ..checkpoint import TRAINING_STATE_VERSION, atomic_save, restore_training, training_state
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.numbers import split_numbers
 from ..data.tokenize import tokenizer_inventory
 from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
-from ..training import noam_lr, train
+from ..precision import PRECISIONS, check_precision, grad_scaler
+from ..stopping import StopFlag
+from ..training import RunClock, noam_lr, train
 from ..utils import get_device, set_seed
 
 CHECKPOINT_FORMAT = "transformer_lib.number_words/1"
@@ -162,6 +176,10 @@ class TrainResult:
     data: NumberWordsData
     history: dict
     metrics: dict = field(default_factory=dict)
+    # What a checkpoint needs to resume the run (``training_state`` plus the run's
+    # settings), and whether a StopFlag ended it early.
+    training: dict | None = None
+    stopped: bool = False
 
 
 def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_seconds: float | None = None,
@@ -172,7 +190,9 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
                        decay: str = TRAIN_CONFIG["decay"],
                        model_config: dict | None = None, device=None, progress: bool = True,
                        log_every: int = 20, valid_every: int | None = None,
-                       evaluate_test: bool = True) -> TrainResult:
+                       evaluate_test: bool = True, accumulate: int = 1, precision: str = "fp32",
+                       world: distributed.World | None = None, resume: dict | None = None,
+                       stop: StopFlag | None = None) -> TrainResult:
     """Build the data (unless given), train for ``steps`` steps and/or ``max_seconds`` seconds,
     then (``evaluate_test``) measure greedy exact match on the test split.
 
@@ -180,38 +200,127 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
     ``make_optimizer``); ``"noam"`` keeps eq. 3's 1/sqrt(step) decay. Training for a
     fixed number of steps with a fixed ``seed`` is reproducible; a time budget depends
     on the machine's speed. ``valid_every`` adds validation exact match to the history.
+
+    Past one process (the command line's ``torchrun`` path):
+
+    - ``world`` (``tl.distributed.setup()``): the model is wrapped in DDP and each rank
+      trains on its share of every batch; ``batch_size`` is the whole step's batch, cut
+      into ``world.size * accumulate`` micro-batches. Rank 0 alone shows progress,
+      validates and tests.
+    - ``accumulate=K`` micro-batches per step; ``precision`` "fp32", "bf16" or "fp16".
+    - ``resume``: a checkpoint read by ``load_resumable``; training continues from it
+      (the settings must be those it was saved with), bit for bit on the CPU.
+    - ``stop``: a ``StopFlag`` that ends training early; ``result.stopped`` says so.
+
+    ``result.training`` holds what ``save_checkpoint(..., training=...)`` needs to resume.
     """
     if steps is None and max_seconds is None:
         raise ValueError("give steps or max_seconds (or both)")
     if decay not in ("linear", "noam"):
         raise ValueError(f"decay must be 'linear' or 'noam', got {decay!r}")
-    device = torch.device(device) if device is not None else get_device()
+    world = world if world is not None else distributed.World()
+    check_instance("world", world, distributed.World, "a tl.distributed.World")
+    if world.parallel:
+        device = world.device
+    else:
+        device = torch.device(device) if device is not None else get_device()
+    check_precision(precision, device)
+    check_positive_int("accumulate", accumulate)
+    check_batch_size(batch_size, world.size, accumulate)
     if data is None:
         data = NumberWordsData(lang, train_size=train_size, seed=seed)
     elif data.lang != lang:
         raise ValueError(f"data is for lang={data.lang!r}, but lang={lang!r} was asked for")
     set_seed(seed)
     model = build_model(data, **(model_config or {})).to(device)
+    run = dict(lang=lang, steps=steps, max_seconds=max_seconds, seed=seed,
+               batch_size=batch_size, lr_factor=lr_factor, warmup=warmup,
+               label_smoothing=label_smoothing, decay=decay, model=dict(model.config),
+               accumulate=accumulate, precision=precision, data=data_fingerprint(data))
     budget = dict(steps=steps, seconds=max_seconds) if decay == "linear" else {}
     optimizer, scheduler = make_optimizer(model, lr_factor, warmup, **budget)
-    history_extra = {"valid_step": [], "valid_exact": []}
+    clock = RunClock()  # seconds of training, across interruptions
+    schedule = scheduler.lr_lambdas[0]
+    if isinstance(schedule, LinearDecay):  # a time budget runs on the run's clock
+        schedule.clock, schedule.start = clock, 0.0
+    scaler = grad_scaler(precision, device)
+    batcher = data.batches(batch_size, seed=seed, device=device)
+    if world.rank > 0:  # dropout: each rank draws its own masks
+        torch.manual_seed(int(np.random.SeedSequence([seed, world.rank]).generate_state(1)[0]))
+    start_step, past = 0, {}
+    if resume is not None:
+        check_resumable(resume, run)
+        model.load_state_dict(resume["state_dict"])
+        saved = resume["training"]
+        exact = restore_training(saved, optimizer, scheduler, scaler, batcher, world)
+        if not exact and world.is_main:
+            print(f"note: resumed on {world.size} processes, saved on {len(saved['rng'])}: "
+                  f"the run continues with the same batches and schedule, but not bit for bit")
+        start_step, clock.used, past = saved["step"], saved["seconds"], saved["history"]
+    history_extra = {"valid_step": list(past.get("valid_step", [])),
+                     "valid_exact": list(past.get("valid_exact", []))}
 
     def validate(step, history):
         # The callback runs every ``log_every`` steps: validate at the first one past each multiple.
-        if valid_every and step // valid_every > len(history_extra["valid_step"]):
+        if valid_every and world.is_main and step // valid_every > len(history_extra["valid_step"]):
             history_extra["valid_step"].append(step)
             history_extra["valid_exact"].append(exact_match(model, data, "valid")["exact_match"])
 
-    start = time.perf_counter()
-    history = train(model, data.batches(batch_size, seed=seed, device=device), optimizer, scheduler,
-                    max_steps=steps, max_seconds=max_seconds, label_smoothing=label_smoothing,
-                    progress=progress, log_every=log_every, callback=validate)
+    history = train(distributed.wrap(model, world),
+                    distributed.micro_batches(batcher, world, accumulate, Vocab.pad_id),
+                    optimizer, scheduler, max_steps=steps, max_seconds=max_seconds,
+                    label_smoothing=label_smoothing, progress=progress and world.is_main,
+                    log_every=log_every, callback=validate, accumulate=accumulate,
+                    precision=precision, scaler=scaler, start_step=start_step, clock=clock,
+                    stop=stop)
+    history = {key: list(past.get(key, [])) + values for key, values in history.items()}
     history.update(history_extra)
-    metrics = {"train_seconds": time.perf_counter() - start, "steps": history["step"][-1]}
-    if evaluate_test:
+    step = history["step"][-1] if history["step"] else start_step
+    metrics = {"train_seconds": clock(), "steps": step}
+    stopped = stop is not None and stop.stopped
+    state = {**training_state(model, optimizer, scheduler, scaler, batcher, step, clock(),
+                              history), "run": run}
+    if evaluate_test and world.is_main and not stopped:
         metrics["test_exact_match"] = exact_match(model, data, "test")["exact_match"]
     model.eval()
-    return TrainResult(model, data, history, metrics)
+    return TrainResult(model, data, history, metrics, training=state, stopped=stopped)
+
+
+def check_batch_size(batch_size: int, processes: int, accumulate: int) -> None:
+    """Raise ValueError unless each of the ``processes * accumulate`` micro-batches of a
+    step can get at least one example."""
+    check_positive_int("batch_size", batch_size)
+    if batch_size < processes * accumulate:
+        raise ValueError(
+            f"batch_size={batch_size} is the whole step's batch, cut into {processes} "
+            f"process(es) x {accumulate} micro-batch(es): it must be at least "
+            f"{processes * accumulate}")
+
+
+def data_fingerprint(data: NumberWordsData) -> str:
+    """A short hash of the training tensors and vocabularies: a resumed run must train on
+    the very same data (same lang, train size, seed, ...)."""
+    digest = hashlib.sha256()
+    for tensor in data.tensors["train"]:
+        digest.update(tensor.cpu().numpy().tobytes())
+    digest.update("\n".join(data.src_vocab.itos + data.tgt_vocab.itos).encode())
+    return digest.hexdigest()[:16]
+
+
+class ResumeMismatch(ValueError):
+    """A checkpoint cannot be resumed with these settings (``check_resumable``)."""
+
+
+def check_resumable(checkpoint: dict, run: dict) -> None:
+    """Raise ResumeMismatch (a ValueError) unless ``checkpoint`` (``load_resumable``) was
+    saved by a run with the settings ``run``: a run continues only with the settings it
+    started with."""
+    saved = checkpoint["training"].get("run", {})
+    different = [f"{key}: saved {saved.get(key)!r}, now {value!r}"
+                 for key, value in run.items() if saved.get(key) != value]
+    if different:
+        raise ResumeMismatch("the checkpoint was saved by a run with other settings, so "
+                             "it cannot be continued with these: " + "; ".join(different))
 
 
 @torch.no_grad()
@@ -322,10 +431,16 @@ def attention_maps(model: NumberTranslator, text: str, beam_size: int = 1) -> di
             for key, value in batch.items()}
 
 
-def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) -> str:
+def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None,
+                    training: dict | None = None) -> str:
     """Save weights, model configuration and vocabularies to ``path``, atomically: the file is
-    written under a temporary name in the same folder, then renamed with ``os.replace``, so
-    ``path`` always holds either the old checkpoint or the complete new one."""
+    written under a temporary name in the same folder, flushed to the disk, then renamed
+    with ``os.replace``, so ``path`` always holds either the old checkpoint or the complete
+    new one.
+
+    ``training`` (``TrainResult.training``) adds what ``--resume`` needs: optimizer,
+    schedule, step, time used, random states and data position. ``load_checkpoint``
+    ignores it, so a resumable checkpoint is also an ordinary one."""
     check_instance("model", model, NumberTranslator, "a NumberTranslator")
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -336,6 +451,9 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) 
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(
                 f"metrics[{key!r}] must be a number, got {type(value).__name__}")
+    if training is not None and not isinstance(training, dict):
+        raise TypeError(f"training must be a dict (TrainResult.training) or None, "
+                        f"got {type(training).__name__}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     state = {
@@ -345,18 +463,20 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None) 
         **model.extra_state(),
         "metrics": {k: float(v) for k, v in (metrics or {}).items()},
     }
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".pt")
-    try:
-        with os.fdopen(handle, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-    return path
+    if training is not None:
+        state["training"] = _to_cpu(training)
+    return atomic_save(state, path)
+
+
+def _to_cpu(value):
+    """``value`` with every tensor inside (dicts, lists, tuples) moved to the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 _CHECKPOINT_KEYS = ("config", "state_dict", "src_vocab", "tgt_vocab", "lang", "scheme",
@@ -402,6 +522,37 @@ def load_checkpoint(path, device=None) -> NumberTranslator:
         raise broken(" ".join(str(error).split("\n")[:2])) from None
     model.metrics = dict(state.get("metrics", {}))
     return model.to(device or "cpu").eval()
+
+
+_TRAINING_KEYS = ("version", "step", "seconds", "optimizer", "scheduler", "scaler",
+                  "batcher", "rng", "history", "run")
+
+
+def load_resumable(path) -> dict:
+    """Read the checkpoint at ``path`` for resuming its run (``--resume``): a dict with the
+    weights (``state_dict``), configuration, vocabularies and the ``training`` state.
+
+    Raises FileNotFoundError if there is no file, and ValueError naming the file and the
+    problem if it is empty, truncated, damaged, not a number-words checkpoint, or one
+    without a training state (an ordinary ``save_checkpoint`` without ``training``: it
+    can be loaded with ``load_checkpoint``, not resumed).
+    """
+    path = os.fspath(path)
+    state = _read_checkpoint(path)
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{path!r} is not a number-words checkpoint: expected format "
+                         f"{CHECKPOINT_FORMAT!r}, got {found!r}")
+    training = state.get("training")
+    if training is None:
+        raise ValueError(f"{path!r} holds a trained model but no training state (it was "
+                         f"saved without one, e.g. by an older version): load_checkpoint "
+                         f"can load it for translation, but a run cannot resume from it")
+    missing = [key for key in _TRAINING_KEYS if key not in training]
+    if training.get("version") != TRAINING_STATE_VERSION or missing or "state_dict" not in state:
+        raise ValueError(f"{path!r} has a training state this version cannot resume "
+                         f"(version {training.get('version')!r}, missing {missing})")
+    return state
 
 
 def _read_checkpoint(path: str):
@@ -496,15 +647,45 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         parser.error(f"argument --device: {args.device} was asked for, but "
                      f"{device.type.upper()} is not available")
     try:
-        check_output_path(args.out)
+        check_precision(args.precision, device or get_device())
     except ValueError as error:
-        parser.error(f"argument --out: {error}")
+        parser.error(f"argument --precision: {error}")
 
 
-def main(argv=None) -> int:
+def _check_world_args(parser: argparse.ArgumentParser, args, world) -> dict | None:
+    """The checks that depend on the processes: the batch must cut into their micro-batches,
+    rank 0 (which writes) must be able to write --out, and --resume must be readable.
+    Returns the checkpoint to resume from (or None)."""
+    try:
+        check_batch_size(args.batch_size, world.size, args.accumulate)
+    except ValueError as error:
+        parser.error(f"argument --batch-size: {error}")
+    if world.is_main:
+        try:
+            check_output_path(args.out)
+        except ValueError as error:
+            parser.error(f"argument --out: {error}")
+    if args.resume is None:
+        return None
+    try:
+        return load_resumable(args.resume)
+    except (OSError, ValueError) as error:
+        parser.error(f"argument --resume: {error}")
+
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: not a failure; the same command with --resume continues
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_lib.examples.number_words",
-        description="Train a Transformer to translate English number words into German or French.")
+        description="Train a Transformer to translate English number words into German or "
+                    "French. Under torchrun (torchrun --standalone --nproc_per_node N -m "
+                    "transformer_lib.examples.number_words ...) N processes train one model "
+                    "with DistributedDataParallel.",
+        epilog=f"SIGTERM or Ctrl-C stops the run after the current step: it saves a "
+               f"resumable checkpoint at --out and exits with status {EXIT_STOPPED}; the "
+               f"same command with --resume OUT finishes the run.")
     positive, non_negative = _int_at_least(1), _int_at_least(0)
     parser.add_argument("--lang", choices=("de", "fr"), default="de")
     parser.add_argument("--minutes", type=_positive_float, default=None,
@@ -517,7 +698,9 @@ def main(argv=None) -> int:
     parser.add_argument("--test-size", type=positive, default=2000,
                         help="held-out test numbers")
     parser.add_argument("--batch-size", type=positive,
-                        default=TRAIN_CONFIG["batch_size"])
+                        default=TRAIN_CONFIG["batch_size"],
+                        help="examples per optimizer step, all processes and "
+                             "micro-batches together")
     parser.add_argument("--lr-factor", type=_positive_float,
                         default=TRAIN_CONFIG["lr_factor"])
     parser.add_argument("--warmup", type=positive, default=TRAIN_CONFIG["warmup"])
@@ -525,37 +708,97 @@ def main(argv=None) -> int:
     parser.add_argument("--beam", type=positive, default=4,
                         help="beam size for the beam-search score")
     parser.add_argument("--threads", type=positive, default=1,
-                        help="torch CPU threads (default 1: the model is small, and a "
-                             "second thread on a busy machine waits for a free core)")
+                        help="torch CPU threads per process (default 1: the model is small, "
+                             "and a second thread on a busy machine waits for a free core)")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
-    args = parser.parse_args(argv)
-    args.out = args.out or f"number_words_{args.lang}.pt"
-    _check_args(parser, args)
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="fp32, or autocast to bf16 (CPU or GPU) or fp16 (CUDA, with "
+                             "a gradient scaler)")
+    parser.add_argument("--accumulate", type=positive, default=1,
+                        help="micro-batches per optimizer step (gradient accumulation); "
+                             "the step is the same as with one big batch")
+    parser.add_argument("--resume", default=None, metavar="PATH",
+                        help="continue the run saved in this checkpoint (give the same "
+                             "settings it was started with)")
+    parser.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
+                        help="stop as if signalled once this many steps of the run are "
+                             "done (to train in slices); resume with --resume")
+    return parser
+
+
+def main(argv=None) -> int:
+    stop = StopFlag()
+    with stop.catch_signals():  # from here on, SIGTERM and Ctrl-C end with a checkpoint
+        parser = _parser()
+        args = parser.parse_args(argv)
+        args.out = args.out or f"number_words_{args.lang}.pt"
+        stop.after = args.stop_after
+        _check_args(parser, args)
+        try:
+            world = distributed.setup(args.device)
+        except ValueError as error:
+            parser.error(f"argument --device: {error}")
+        try:
+            return _main(parser, args, world, stop)
+        finally:
+            distributed.teardown()
+
+
+def _main(parser: argparse.ArgumentParser, args, world: distributed.World,
+          stop: StopFlag) -> int:
+    resume = _check_world_args(parser, args, world)
     if args.threads:
         torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000
     seconds = args.minutes * 60 if args.minutes is not None else None
-
+    say = print if world.is_main else (lambda *values, **options: None)
     start = time.perf_counter()
     data = NumberWordsData(args.lang, train_size=args.train_size, n_test=args.test_size,
                            n_valid=max(1, args.test_size // 4), seed=args.seed)
-    print(f"data: {data} ({time.perf_counter() - start:.1f} s)")
-    result = train_number_words(args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
-                                batch_size=args.batch_size, lr_factor=args.lr_factor,
-                                warmup=args.warmup, device=args.device)
-    metrics = result.metrics
-    seconds_per_step = metrics["train_seconds"] / metrics["steps"]
-    print(f"trained {metrics['steps']} steps in {metrics['train_seconds']:.1f} s "
-          f"({seconds_per_step:.3f} s/step) on {next(result.model.parameters()).device}")
-    print(f"test exact match (greedy): {metrics['test_exact_match']:.4f}")
-    if args.beam > 1:
-        metrics[f"test_exact_match_beam{args.beam}"] = exact_match(
-            result.model, data, "test", beam_size=args.beam)["exact_match"]
-        print(f"test exact match (beam {args.beam}): {metrics[f'test_exact_match_beam{args.beam}']:.4f}")
-    out = save_checkpoint(result.model, args.out, metrics)
+    say(f"data: {data} ({time.perf_counter() - start:.1f} s)")
+    if world.parallel:
+        say(f"data parallel: {world.size} processes ({torch.distributed.get_backend()}), "
+            f"{args.batch_size} examples per step in {world.size * args.accumulate} "
+            f"micro-batches")
+    if resume is not None:
+        done = resume["training"]
+        say(f"resuming {args.resume}: step {done['step']}, {done['seconds']:.1f} s used")
+    try:
+        result = train_number_words(
+            args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
+            batch_size=args.batch_size, lr_factor=args.lr_factor, warmup=args.warmup,
+            device=args.device, accumulate=args.accumulate, precision=args.precision,
+            world=world, resume=resume, stop=stop, evaluate_test=False,
+            progress=world.is_main)
+    except ResumeMismatch as error:
+        parser.error(f"argument --resume: {error}")
+    code = _finish(args, world, result, data, stop) if world.is_main else 0
+    return distributed.broadcast_object(code)  # every rank exits as rank 0 does
+
+
+def _finish(args, world, result: TrainResult, data, stop: StopFlag) -> int:
+    """Rank 0, after training: test, save, show. A stop (a signal, --stop-after) saves the
+    resumable checkpoint without testing and returns EXIT_STOPPED."""
+    metrics, model = result.metrics, result.model
+    if not (result.stopped or stop.requested):
+        seconds_per_step = metrics["train_seconds"] / max(metrics["steps"], 1)
+        print(f"trained {metrics['steps']} steps in {metrics['train_seconds']:.1f} s "
+              f"({seconds_per_step:.3f} s/step) on {next(model.parameters()).device}"
+              + (f" x {world.size} processes" if world.parallel else ""))
+        metrics["test_exact_match"] = exact_match(model, data, "test")["exact_match"]
+        print(f"test exact match (greedy): {metrics['test_exact_match']:.4f}")
+    if args.beam > 1 and not stop.requested and not result.stopped:
+        key = f"test_exact_match_beam{args.beam}"
+        metrics[key] = exact_match(model, data, "test", beam_size=args.beam)["exact_match"]
+        print(f"test exact match (beam {args.beam}): {metrics[key]:.4f}")
+    out = save_checkpoint(model, args.out, metrics, training=result.training)
+    if result.stopped or stop.requested:
+        print(f"stopped after step {metrics['steps']}: saved the resumable checkpoint "
+              f"{out}; to finish, run the same command with --resume {out}")
+        return EXIT_STOPPED
     print(f"saved {out}")
     for text in ("ninety-seven", "seven hundred and seventy-one thousand, eighty-one"):
-        print(f"{text!r} -> {translate(result.model, text)!r}")
+        print(f"{text!r} -> {translate(model, text)!r}")
     return 0
 
 

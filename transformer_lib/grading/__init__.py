@@ -45,9 +45,10 @@ tensors). A failed case is diagnosed by running known buggy variants on the same
 when the student's output matches one, the message names the mistake.
 
 Batch grading of a folder of notebooks: ``python -m transformer_lib.grading grade
-SUBMISSIONS_DIR --out grades.csv`` (see ``transformer_lib.grading.batch``): each
-notebook runs in its own kernel in a private folder, and its outputs are judged in the
-grading process.
+SUBMISSIONS_DIR --assignment 01_attention --out grades.csv`` (see ``batch``): each
+notebook runs in its own kernel in an OS sandbox (``sandbox``), with a student edition
+of the library that holds no reference of the graded task (``edition``) and only the
+student's half of grading (``runner``); its outputs are judged in the grading process.
 
 Example::
 
@@ -69,20 +70,9 @@ from .masks import check_masks
 from .multihead import check_multihead
 from .noam import check_noam
 from .positional import check_positional
+from .runner.placeholders import CHECKS
 from .tasks import ASSIGNMENTS, MISTAKES, TASKS
 from .train_step import check_train_step
 
-CHECKS = (
-    "check_attention",
-    "check_encoder_layer",
-    "check_greedy_decode",
-    "check_kv_cache",
-    "check_loss",
-    "check_masks",
-    "check_multihead",
-    "check_noam",
-    "check_positional",
-    "check_train_step",
-)
 
 __all__ = ["ASSIGNMENTS", "GradeResult", "MISTAKES", "TASKS", *CHECKS]

@@ -1,5 +1,5 @@
-"""Command line: ``python -m transformer_lib.grading grade SUBMISSIONS_DIR --out
-grades.csv``."""
+"""Command line: ``python -m transformer_lib.grading grade SUBMISSIONS_DIR --assignment
+01_attention --out grades.csv``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from .batch import check_jobs, check_timeout, grade_folder
+from .sandbox import Limits, SandboxUnavailable
 from .tasks import ASSIGNMENTS
 
 
@@ -20,12 +21,23 @@ def _type(check):
     return parse
 
 
+def _megabytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 64:
+        raise argparse.ArgumentTypeError(f"expected megabytes >= 64, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_lib.grading",
         description=(
-            "Grade submitted notebooks: each runs in its own kernel in a private"
-            " folder; its functions' outputs are judged outside that kernel."
+            "Grade submitted notebooks: each runs in its own sandboxed kernel"
+            " (bubblewrap), with a copy of the library that holds no reference of"
+            " the graded task; its functions' outputs are judged outside."
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,9 +55,10 @@ def main(argv=None) -> int:
         action="append",
         choices=list(ASSIGNMENTS),
         default=None,
+        required=True,
         help=(
-            "the assignment the notebooks are (needed for one notebook per "
-            "student; repeat it to expect several)"
+            "an assignment the class hands in (repeat it for several): exactly these"
+            " are expected from every student"
         ),
     )
     grade.add_argument(
@@ -67,7 +80,19 @@ def main(argv=None) -> int:
         help="seed of the test inputs (default: a fresh one for every notebook)",
     )
     grade.add_argument(
-        "--kernel", default="python3", help="Jupyter kernel name (default python3)"
+        "--memory",
+        type=_megabytes,
+        default=Limits.memory_mb,
+        help=f"memory of each kernel process, in MB (default {Limits.memory_mb})",
+    )
+    grade.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help=(
+            "grade without an OS sandbox where none can run (not Linux, no"
+            " bubblewrap): kernels can then read and change what their user can;"
+            " every row says so"
+        ),
     )
     args = parser.parse_args(argv)
     try:
@@ -75,14 +100,24 @@ def main(argv=None) -> int:
             args.submissions,
             args.out,
             timeout=args.timeout,
-            kernel_name=args.kernel,
             jobs=args.jobs,
             assignments=args.assignment,
             seed=args.seed,
             log=lambda line: print(line, file=sys.stderr),
+            sandbox=not args.no_sandbox,
+            limits=Limits(memory_mb=args.memory),
         )
     except ValueError as error:
         parser.error(str(error))
+    except SandboxUnavailable as error:
+        parser.error(
+            f"no sandbox can run here: {error}. Grade on a Linux machine with"
+            " bubblewrap, in a container (assignments/README.md), or pass --no-sandbox"
+            " to grade without one (every row will say so)"
+        )
+    except KeyboardInterrupt:
+        print("grading interrupted", file=sys.stderr)
+        return 130
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0
 

@@ -85,8 +85,7 @@ def _compare_bool(what, found, expected, diagnose) -> None:
     raise Failed(
         f"{what}: {int((found != expected).sum())} entries differ; "
         f"e.g. at index {tuple(wrong)} expected {bool(expected[tuple(wrong)])}, got "
-        f"{bool(found[tuple(wrong)])}."
-        + (f"\n{hint}" if hint else "")
+        f"{bool(found[tuple(wrong)])}." + (f"\n{hint}" if hint else "")
     )
 
 

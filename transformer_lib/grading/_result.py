@@ -1,19 +1,16 @@
-"""GradeResult: the outcome of one check, case by case, readable by a student."""
+"""GradeResult: the outcome of one check, case by case, readable by a student.
+
+``Failed``, ``NOT_IMPLEMENTED`` and ``describe_exception`` come from the runner (the
+student's side raises and words them too); they are re-exported here for the judges.
+"""
 
 from __future__ import annotations
 
 import html
-import traceback
 
-NOT_IMPLEMENTED = (
-    "not implemented yet: your code still raises NotImplementedError (replace "
-    "`raise NotImplementedError()` with your solution)."
-)
+from .runner.cases import NOT_IMPLEMENTED, Failed, describe_exception
 
-
-class Failed(Exception):
-    """Raised inside a case to report a failure in words (the message is shown to the
-    student)."""
+__all__ = ["Failed", "GradeResult", "NOT_IMPLEMENTED", "describe_exception"]
 
 
 class GradeResult:
@@ -138,40 +135,5 @@ class GradeResult:
         return (
             "<div style='font-family:monospace'><div"
             f" style='color:{colour};font-weight:bold'>{html.escape(self.title)}:"
-            f" {self.passed}/{self.total} cases passed</div>"
-            + "".join(rows)
-            + "</div>"
+            f" {self.passed}/{self.total} cases passed</div>" + "".join(rows) + "</div>"
         )
-
-
-def describe_exception(error: BaseException) -> str:
-    """One short paragraph for a student: the exception, and the line of *their* code
-    that raised."""
-    text = f"Your code raised {type(error).__name__}: {error}"
-    frames = [
-        f
-        for f in traceback.extract_tb(error.__traceback__)
-        if "transformer_lib" not in f.filename.replace("\\", "/")
-        and "/torch/" not in f.filename.replace("\\", "/")
-    ]
-    if frames:
-        last = frames[-1]
-        where = f"line {last.lineno}" + (f": {last.line.strip()}" if last.line else "")
-        text += f"\n(at {where})"
-    hint = _hint_for(str(error))
-    return text + (f"\nHint: {hint}" if hint else "")
-
-
-def _hint_for(message: str) -> str:
-    if "view size is not compatible" in message:
-        return (
-            "`.view()` needs a contiguous tensor; the inputs here are non-contiguous"
-            " (e.g. a transposed tensor). Use `.reshape()` or call `.contiguous()`"
-            " first."
-        )
-    if "expected scalar type" in message or "must have the same dtype" in message:
-        return (
-            "keep the input's dtype: do not create new tensors with a fixed dtype"
-            " (float32); use Python numbers or `dtype=x.dtype`."
-        )
-    return ""

@@ -2,29 +2,28 @@
 
 A check is a list of ``Case``s. Each case has two halves:
 
-- ``call`` runs on the student's side. It feeds the case's inputs (fresh copies, every
-  time) to the student's code and returns what came out as plain data: tensors, numbers,
-  strings, lists and dicts (``run_case``). It decides nothing.
+- ``call`` runs on the student's side: it names one of the task's callers
+  (``runner/calls.py``), which feeds the case's inputs (fresh copies, every time) to the
+  student's code; ``runner.cases.run_case`` returns what came out as plain data:
+  tensors, numbers, strings, lists and dicts. It decides nothing.
 - ``judge`` runs on the grader's side. It compares that data with the reference
   implementation on the same inputs and raises ``Failed`` with a message for the
   student, naming the classic mistake when it recognises one. A case passes only when
   its judge accepts the data.
 
 ``check_attention(fn)`` and friends run both halves in one process (feedback in a
-notebook). Batch grading runs ``call`` in the student's kernel and ``judge`` in the
-grading process, so nothing a notebook does to its own kernel can change how its outputs
-are judged.
+notebook). Batch grading runs ``call`` in the student's sandboxed kernel, where only the
+runner exists, and ``judge`` in the grading process, so nothing a notebook does to its
+own kernel can change how its outputs are judged.
 """
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch
-
-from ._result import NOT_IMPLEMENTED, Failed, GradeResult, describe_exception
+from ._result import Failed, GradeResult
+from .runner.cases import run_case
 
 
 @dataclass
@@ -62,91 +61,6 @@ class Task:
     banned: tuple[str, ...] = ()
     rules: str = ""
     notes: dict = field(default_factory=dict)
-
-
-# --------------------------------------------------------------------------------------
-# The student's side: run one case, send back plain data.
-# --------------------------------------------------------------------------------------
-def fresh(value):
-    """A deep copy of the tensors in ``value`` (strides kept: a non-contiguous input
-    stays so)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: fresh(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(fresh(v) for v in value)
-    return value
-
-
-def export(value, depth: int = 0):
-    """``value`` as plain data that ``torch.load(weights_only=True)`` reads back:
-    detached CPU tensors (subclasses stripped), numbers, strings, None, lists and dicts.
-    Anything else becomes ``{"__opaque__": type name}``, so the judge can say what was
-    returned instead."""
-    if depth > 6:
-        return {"__opaque__": type(value).__name__}
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach()
-        if type(tensor) is not torch.Tensor:
-            tensor = tensor.as_subclass(torch.Tensor)
-        if tensor.layout != torch.strided:
-            tensor = tensor.to_dense()
-        return tensor.to("cpu", copy=True)
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return [export(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): export(v, depth + 1) for k, v in value.items()}
-    return {"__opaque__": type(value).__name__}
-
-
-def _changed(after, before) -> bool:
-    if not isinstance(after, torch.Tensor) or after.shape != before.shape:
-        return True
-    if after.dtype != before.dtype:
-        return True
-    if torch.equal(after, before):
-        return False
-    return not (
-        before.is_floating_point()
-        and torch.allclose(after, before, rtol=0.0, atol=0.0, equal_nan=True)
-    )
-
-
-def run_case(task: Task, call: str, objs: dict, inputs: dict, uses=(), args=()) -> dict:
-    """Run one case on the student's code; never raises. Returns {"value": ...} or
-    {"error": text} / {"failed": text} / {"missing": [names]}, plus "mutated": [input
-    names].
-    """
-    missing = [name for name in uses if name not in objs]
-    if missing:
-        return {"missing": missing, "mutated": []}
-    given = fresh(inputs)
-    try:
-        out = {"value": export(task.callers[call](objs, given))}
-    except Failed as failure:  # the caller found the result unusable (e.g. not a pair)
-        out = {"failed": str(failure)}
-    except NotImplementedError:
-        out = {"error": NOT_IMPLEMENTED, "not_implemented": True}
-    except (Exception, SystemExit) as error:  # the student's code crashed: report it
-        out = {
-            "error": describe_exception(error),
-            "error_type": type(error).__name__,
-            "error_message": str(error)[:1000],
-        }
-    out["mutated"] = [
-        name
-        for name in args
-        if isinstance(inputs.get(name), torch.Tensor)
-        and _changed(given[name], inputs[name])
-    ]
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -220,6 +134,7 @@ def run_check(
     present = tuple(name for name in task.names if objs.get(name) is not None)
     objs = {name: objs[name] for name in present}
     for case in task.make_cases(present, seed):
-        outputs = run_case(task, case.call, objs, case.inputs, case.uses, case.args)
+        caller = task.callers[case.call]
+        outputs = run_case(caller, objs, case.inputs, case.uses, case.args)
         judge_case(result, case, outputs)
     return result

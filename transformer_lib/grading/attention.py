@@ -17,6 +17,7 @@ from ..attention import scaled_dot_product_attention as _ref_attention
 from ._helpers import compare, first_match, randn
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import CALLERS
 
 NAME = "scaled_dot_product_attention"
 
@@ -92,38 +93,6 @@ def attention_variant(
     if blocked is not None and zero:
         weights = weights.masked_fill(blocked, 0.0)
     return weights @ v, weights
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def call_attention(fn, q, k, v, mask):
-    out = fn(q, k, v) if mask is None else fn(q, k, v, mask)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        length = "" if not isinstance(out, (tuple, list)) else f" of length {len(out)}"
-        raise Failed(
-            "Your function should return a pair (context, weights), got "
-            f"{type(out).__name__}{length}."
-        )
-    return out
-
-
-def _call(objs, inputs):
-    fn = objs[NAME]
-    context, weights = call_attention(
-        fn, inputs["q"], inputs["k"], inputs["v"], inputs["mask"]
-    )
-    out = {"context": context, "weights": weights}
-    if inputs["grad"]:
-        q, k, v = (inputs[n].detach().clone().requires_grad_(True) for n in "qkv")
-        context, _ = call_attention(fn, q, k, v, inputs["mask"])
-        out["requires_grad"] = (
-            isinstance(context, torch.Tensor) and context.requires_grad
-        )
-        if out["requires_grad"]:
-            context.sum().backward()
-            out["grads"] = {"q": q.grad, "k": k.grad, "v": v.grad}
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -347,7 +316,7 @@ TASK = Task(
     name="attention",
     title="check_attention",
     names=(NAME,),
-    callers={"attention": _call},
+    callers=CALLERS["attention"],
     make_cases=make_cases,
     banned=(
         "transformer_lib.attention",

@@ -1,14 +1,14 @@
-"""Which files a submission's kernel touched outside its private folder, told to the
-grader at once.
+"""Grading without a sandbox (``--no-sandbox``): which files a submission's kernel
+touched outside its private folder, told to the grader at once.
 
-The kernel never learns where the submissions are, but a program can still look for them
-(the grader's command line is in ``/proc``). So the grader's first cell installs a
-Python audit hook (``sys.addaudithook``: it cannot be removed once added) that reports,
-as one line each, every file opened, folder listed, file renamed or removed, process
-started, socket connected and ``gc`` search made outside the kernel's private folder and
-Python's own installation. The lines go into a pipe whose other end only the grading
-process holds: what was written cannot be taken back, and a kernel that closes the pipe
-early is noticed (``Channel``).
+In a sandbox the kernel sees no other submission, no grader and no instructor file, so
+there is nothing to report. Without one, the kernel never learns where the submissions
+are, but a program can still look for them (the grader's command line is in ``/proc``).
+So the grader's first cell installs a Python audit hook (``runner/audit.py``) that
+reports every file opened, folder listed, file renamed or removed, process started,
+socket connected and ``gc`` search made outside the kernel's private folder. The lines
+go into a pipe whose other end only the grading process holds: what was written cannot
+be taken back, and a kernel that closes the pipe early is noticed (``Channel``).
 
 The grading process then judges the lines (``findings``): touching the submissions
 folder or another submission's private folder scores 0 and is flagged; starting
@@ -20,93 +20,12 @@ process the kernel started that lives on.
 from __future__ import annotations
 
 import os
-import site
-import sys
 import threading
 import time
 
-_PATH_EVENTS = {
-    "open": "opened",
-    "os.listdir": "listed",
-    "os.scandir": "listed",
-    "glob.glob": "searched",
-    "os.rename": "renamed",
-    "os.remove": "removed",
-    "os.rmdir": "removed",
-    "shutil.rmtree": "removed",
-    "os.truncate": "truncated",
-    "os.chmod": "changed",
-    "os.utime": "changed",
-    "os.mkdir": "created",
-    "shutil.copyfile": "copied",
-    "shutil.move": "moved",
-}
-_OTHER_EVENTS = {
-    "subprocess.Popen": "started a process",
-    "os.system": "started a process",
-    "os.posix_spawn": "started a process",
-    "os.exec": "started a process",
-    "os.fork": "started a process",
-    "socket.connect": "opened a connection",
-    "gc.get_objects": "searched the garbage collector",
-    "gc.get_referrers": "searched the garbage collector",
-    "gc.get_referents": "searched the garbage collector",
-}
-MAX_LINES = 5000
-PRIVATE_PREFIX = "tt-grade-"
+from .runner.audit import _PATH_EVENTS, PRIVATE_PREFIX
 
 
-# --------------------------------------------------------------------------------------
-# In the kernel
-# --------------------------------------------------------------------------------------
-def install(fd: int) -> None:
-    """Add the audit hook; it writes ``what<TAB>detail`` lines to ``fd`` (the grader's
-    pipe)."""
-    write, fsdecode, abspath = os.write, os.fsdecode, os.path.abspath
-    private = os.path.dirname(os.getcwd()) + os.sep  # the kernel's private folder
-    known = {
-        private,
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        os.path.dirname(os.path.dirname(__file__)),
-    }
-    known.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
-    known = tuple(os.path.join(p, "") for p in known if p)
-    state = {"lines": 0}
-
-    def emit(what: str, detail: str) -> None:
-        if state["lines"] >= MAX_LINES:
-            return
-        state["lines"] += 1
-        line = f"{what}\t{detail}".replace("\n", " ")[:500] + "\n"
-        try:
-            write(fd, line.encode("utf-8", "replace"))
-        except OSError:
-            pass
-
-    def hook(event, args):
-        what = _PATH_EVENTS.get(event)
-        if what is not None:
-            if not args or isinstance(args[0], int) or args[0] is None:
-                return
-            try:
-                path = abspath(fsdecode(args[0]))
-            except Exception:
-                return
-            if not path.startswith(known) and path + os.sep != private:
-                emit(what, path)
-            return
-        what = _OTHER_EVENTS.get(event)
-        if what is not None:
-            emit(what, repr(args[:2])[:300] if event != "gc.get_objects" else "")
-
-    sys.addaudithook(hook)
-
-
-# --------------------------------------------------------------------------------------
-# In the grading process
-# --------------------------------------------------------------------------------------
 class Channel:
     """The pipe: ``fd`` goes to the kernel (``pass_fds``); a thread here reads until
     EOF. Where a file descriptor cannot be handed to a child (Windows), there is no

@@ -1,22 +1,21 @@
-"""Batch grading of a class: every submitted notebook in its own kernel, one CSV row per
-student.
+"""Batch grading of a class: every submitted notebook in its own sandboxed kernel, one
+CSV row per student.
 
-Layouts of the submissions folder:
+Before any kernel starts, the arguments and the output path are checked, the sandbox is
+tried (``sandbox``: without one the grader refuses, unless ``sandbox=False``, which
+every row then records), and every submission is read into memory by the rules of
+``collect`` (the instructor's assignment list, regular files only, one notebook per
+assignment and student). Grading uses those copies and never writes to the submissions
+folder.
 
-- one notebook per student, ``SUBMISSIONS/alice.ipynb``: the student is ``alice``; every
-  notebook is graded on the one assignment given with ``--assignment``;
-- one folder per student, ``SUBMISSIONS/alice/**/01_attention.ipynb`` (nbgrader's
-  ``submitted/`` layout too): each notebook is graded on the assignment its file is
-  named after. The class is expected to hand in every assignment found (or those given
-  with ``--assignment``); a missing one scores 0.
-
-The tasks of an assignment come from ``tasks.ASSIGNMENTS`` (the instructor's side),
-never from the notebook: its metadata is the student's to edit. Before any kernel
-starts, the arguments, the output path and the folder are checked, and every notebook is
-read into memory: grading uses those copies, so a submission that overwrites a
-classmate's file changes nothing but the file (and is flagged: see ``watch``). The CSV
-is written at the end, atomically (a temporary file renamed over the target), and a
-summary is printed.
+Notebooks are graded ``jobs`` at a time. A kernel that crashes, hangs, kills itself or
+floods its output costs its own student only, and so does a notebook the grader cannot
+even run (its row says why). Each student's row is appended to ``NAME.partial.csv``
+beside the output as soon as all their notebooks are done, so an interrupted batch
+(Ctrl-C, SIGTERM, a crash of the machine) leaves the rows it finished; at the end the
+CSV is written atomically (a temporary file renamed over the target), the partial file
+is removed, and a summary is printed. On Ctrl-C or SIGTERM every kernel is stopped, the
+summary says how far the batch got, and ``KeyboardInterrupt`` is raised.
 """
 
 from __future__ import annotations
@@ -25,16 +24,22 @@ import asyncio
 import csv
 import math
 import os
+import signal
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import edition as _edition
 from . import watch
+from .collect import collect
+from .sandbox import Limits, Sandbox, SandboxUnavailable
 from .submission import grade_notebook
-from .tasks import ASSIGNMENTS
+from .tasks import ASSIGNMENTS, TASKS
 
 FIXED_COLUMNS = ("student", "status")
-END_COLUMNS = ("total", "max_total", "flags", "feedback")
+END_COLUMNS = ("total", "max_total", "sandbox", "flags", "feedback")
+_TEXT_COLUMNS = ("student", "status", "flags", "feedback")
 
 
 # --------------------------------------------------------------------------------------
@@ -85,7 +90,13 @@ def check_out(out) -> Path:
 
 
 def check_assignments(assignments) -> list[str]:
-    names = list(assignments or [])
+    names = list(dict.fromkeys(assignments or []))
+    if not names:
+        raise ValueError(
+            "name the assignments the class hands in with --assignment (one of"
+            f" {', '.join(ASSIGNMENTS)}; repeat it for several): the grader expects"
+            " exactly those, whatever the students' folders hold"
+        )
     unknown = [a for a in names if a not in ASSIGNMENTS]
     if unknown:
         raise ValueError(
@@ -95,51 +106,9 @@ def check_assignments(assignments) -> list[str]:
     return names
 
 
-# --------------------------------------------------------------------------------------
-# Who handed in what
-# --------------------------------------------------------------------------------------
-def collect(folder: Path, assignments: list[str]):
-    """[(student, [(assignment, path)])], the expected assignments, and notes on ignored
-    files."""
-    students, notes = [], []
-    flat = sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_file() and p.suffix == ".ipynb" and not p.name.startswith(".")
-    )
-    if flat and len(assignments) != 1:
-        raise ValueError(
-            f"{str(folder)!r} holds one notebook per student ({flat[0].name}, ...): say"
-            " which assignment they are with --assignment (one of"
-            f" {', '.join(ASSIGNMENTS)})"
-        )
-    for path in flat:
-        students.append((path.stem, [(assignments[0], path)]))
-    for sub in sorted(
-        p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-    ):
-        notebooks = sorted(
-            p for p in sub.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-        )
-        matched = [(p.stem, p) for p in notebooks if p.stem in ASSIGNMENTS]
-        if not matched and len(assignments) == 1 and len(notebooks) == 1:
-            matched = [
-                (assignments[0], notebooks[0])
-            ]  # alice/whatever.ipynb, one assignment
-        for p in notebooks:
-            if all(p != q for _, q in matched):
-                notes.append(
-                    f"{sub.name}: ignored {p.relative_to(sub)} (not named after an "
-                    "assignment)"
-                )
-        if assignments:
-            matched = [(a, p) for a, p in matched if a in assignments]
-        if matched or notebooks:
-            students.append((sub.name, matched))
-    expected = assignments or sorted({a for _, work in students for a, _ in work})
-    if not any(work for _, work in students):
-        raise ValueError(f"no notebooks to grade in {str(folder)!r}")
-    return students, expected, notes
+def partial_path(out: Path) -> Path:
+    """Where the rows are kept while the batch runs: ``grades.partial.csv``."""
+    return out.with_name(f"{out.stem}.partial{out.suffix or '.csv'}")
 
 
 # --------------------------------------------------------------------------------------
@@ -149,18 +118,21 @@ def grade_folder(
     folder,
     out=None,
     timeout: float = 60.0,
-    kernel_name: str = "python3",
     jobs: int = 2,
     assignments=None,
     seed: int | None = None,
     log=print,
+    sandbox: bool = True,
+    limits: Limits = Limits(),
 ) -> list[dict]:
-    """Grade every student in ``folder`` (``jobs`` notebooks at a time, each in its own
-    kernel); write the CSV to ``out`` (if given); return the rows, one per student,
-    sorted by name.
+    """Grade every student in ``folder`` on ``assignments`` (the instructor's list) and
+    write the CSV to ``out`` (if given); return the rows, one per student, sorted by
+    name.
 
     Everything is checked before the first kernel starts: ``ValueError`` for a missing
-    folder, an empty one, a bad ``timeout``/``jobs``/``out``/``assignments``."""
+    or empty folder, a bad ``timeout``/``jobs``/``out``/``assignments``;
+    ``SandboxUnavailable`` (a ``ValueError``'s sibling: a ``RuntimeError``) if
+    ``sandbox`` is True and no sandbox can run here."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(
@@ -168,134 +140,307 @@ def grade_folder(
         )
     timeout, jobs = check_timeout(timeout), check_jobs(jobs)
     out = check_out(out) if out is not None else None
-    students, expected, notes = collect(folder, check_assignments(assignments))
+    expected = check_assignments(assignments)
+    if sandbox:
+        reason = Sandbox.problem_without_trying()
+        if reason:
+            raise SandboxUnavailable(reason)
+    students, notes = collect(folder, expected)
     for note in notes:
         if log:
             log(note)
-    work = [
-        (student, assignment, path)
-        for student, items in students
-        for assignment, path in items
-    ]
-    sources = {
-        path: path.read_bytes() for _, _, path in work
-    }  # graded from these copies
-    started = time.monotonic()
-    outcomes = asyncio.run(
-        _grade_all(work, sources, folder, out, timeout, kernel_name, jobs, seed, log)
-    )
     tasks = [t for a in expected for t in ASSIGNMENTS[a]]
-    rows = [_row(student, items, expected, outcomes) for student, items in students]
-    if out is not None:
-        write_csv(out, rows, tasks)
-    if log:
-        log(summary(rows, tasks, len(work), time.monotonic() - started))
-    return rows
-
-
-async def _grade_all(work, sources, folder, out, timeout, kernel_name, jobs, seed, log):
-    gate = asyncio.Semaphore(jobs)
-    roots, shallow = watch.watched_places(folder)
-    ignore = [str(out)] if out is not None else []
-    state = {
-        "last": watch.snapshot(roots, shallow, ignore),
-        "active": set(),
-        "since": set(),
-    }
-
-    def look(key) -> None:
-        """Files changed since the last look: blame the runs active meanwhile."""
-        now = watch.snapshot(roots, shallow, ignore)
-        found = watch.changes(state["last"], now)
-        state["last"] = now
-        blamed, state["since"] = state["since"] | {key}, set(state["active"])
-        if found:
-            shown = "; ".join(found[:5]) + (
-                f" and {len(found) - 5} more" if len(found) > 5 else ""
-            )
-            for other in blamed:
-                others = sorted(f"{s} ({p.name})" for s, _, p in blamed - {other})
-                company = (
-                    f" (running at the same time: {', '.join(others)})"
-                    if others
-                    else ""
-                )
-                flags.setdefault(other, []).append(
-                    f"files outside its private folder changed while it ran{company}:"
-                    f" {shown}"
-                )
-
-    outcomes, flags = {}, {}
-
-    async def one(key):
-        student, assignment, path = key
-        async with gate:
-            state["active"].add(key)
-            state["since"].add(key)
-            begun = time.monotonic()
-            outcome = await grade_notebook(
-                sources[path],
-                path.name,
-                ASSIGNMENTS[assignment],
-                timeout=timeout,
-                kernel_name=kernel_name,
-                seed=seed,
-                watched=[folder],
-            )
-            state["active"].discard(key)
-            outcomes[key] = outcome
-            look(key)
+    root = Path(tempfile.mkdtemp(prefix="tt-grade-")).resolve()
+    try:
+        box = Sandbox(root, limits) if sandbox else Sandbox.unsandboxed(root, limits)
+        editions = _Editions(root)
+        if sandbox:
+            first = ASSIGNMENTS[expected[0]][0]
+            reason = box.problem(editions(_edition.library_bans(TASKS[first].banned)))
+            if reason:
+                raise SandboxUnavailable(reason)
+        table = _Table(out, tasks) if out is not None else None
+        run = _Run(students, expected, folder, box, editions, timeout, seed, log, table)
+        started = time.monotonic()
+        interrupted = False
+        try:
+            asyncio.run(_grade_all(run, jobs))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            interrupted = True
+        finished = [run.rows[s.name] for s in students if s.name in run.rows]
+        seconds = time.monotonic() - started
+        graded = len(run.outcomes)
+        if interrupted:
             if log:
                 log(
-                    f"{student} ({path.name}): {outcome['status']} "
-                    f"[{time.monotonic() - begun:.1f} s]"
+                    summary(finished, tasks, graded, seconds, sandbox)
+                    + f"\n  INTERRUPTED: {len(finished)} of {len(students)} students"
+                    " graded"
+                    + (
+                        f"; their rows are in {table.partial} ({out} was not written)"
+                        if table
+                        else ""
+                    )
                 )
+            raise KeyboardInterrupt("grading was interrupted")
+        if table is not None:
+            table.finish(finished)
+        if log:
+            log(summary(finished, tasks, graded, seconds, sandbox))
+        return finished
+    finally:
+        _remove(root)
 
-    await asyncio.gather(*(one(key) for key in work))
-    for key, found in flags.items():
-        outcomes[key]["flags"] += found
-    return outcomes
+
+def _remove(root: Path) -> None:
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
 
 
-def _row(student, items, expected, outcomes) -> dict:
-    statuses, scores, feedback, flags = [], {}, [], []
-    several = len(expected) > 1 or len(items) > 1
-    for assignment in expected:
-        mine = [(a, p) for a, p in items if a == assignment]
-        if not mine:
-            statuses.append(f"{assignment}: not submitted")
-            for task in ASSIGNMENTS[assignment]:
-                scores.setdefault(task, 0.0)
-            feedback.append(
-                f"{assignment}: not submitted (0 on"
-                f" {', '.join(ASSIGNMENTS[assignment])})"
+class _Editions:
+    """The student editions of a batch, built once per set of bans."""
+
+    def __init__(self, root: Path):
+        self.root, self.built = root, {}
+
+    def __call__(self, bans) -> Path:
+        key = tuple(sorted(bans))
+        if key not in self.built:
+            self.built[key] = _edition.build(
+                self.root / f"edition-{len(self.built)}", key
             )
+        return self.built[key]
+
+
+@dataclass
+class _Run:
+    """One batch: what it grades and how, and the outcomes and rows found so far."""
+
+    students: list
+    expected: list
+    folder: Path
+    box: Sandbox
+    editions: _Editions
+    timeout: float
+    seed: int | None
+    log: object
+    table: _Table | None
+    outcomes: dict = field(default_factory=dict)  # (student, assignment) -> outcome
+    rows: dict = field(default_factory=dict)  # student -> row
+
+
+async def _grade_all(run: _Run, jobs: int):
+    """Grade every notebook of ``run``, ``jobs`` at a time; a student's row is made (and
+    appended to the partial CSV) as soon as all their notebooks are graded."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    stopped = []
+
+    def stop() -> None:
+        stopped.append(True)
+        main.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, stop)
+        except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
+            pass
+    slots: asyncio.Queue = asyncio.Queue()
+    for slot in range(jobs):
+        slots.put_nowait(slot)
+    table = run.table
+    ignore = [] if table is None else [str(table.out), str(table.partial)]
+    watching = None if run.box.confined else _Watch(run.folder, ignore)
+    left = {s.name: len(s.notebooks) for s in run.students}
+
+    def student_done(student) -> None:
+        run.rows[student.name] = _row(
+            student, run.expected, run.outcomes, run.box.confined
+        )
+        if table is not None:
+            table.append(run.rows[student.name])
+
+    for student in run.students:
+        if not student.notebooks:
+            student_done(student)
+
+    async def one(student, assignment):
+        shown, source = student.notebooks[assignment]
+        key = (student.name, assignment)
+        slot = await slots.get()
+        begun = time.monotonic()
+        try:
+            if watching:
+                watching.started(key)
+            try:
+                outcome = await grade_notebook(
+                    source,
+                    Path(shown).name,
+                    ASSIGNMENTS[assignment],
+                    sandbox=run.box,
+                    editions=run.editions,
+                    slot=slot,
+                    timeout=run.timeout,
+                    seed=run.seed,
+                    watched=[run.folder],
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the grader's own failure: this notebook only
+                outcome = _failed(ASSIGNMENTS[assignment], error)
+            if stopped:  # a kernel stopped by the interruption did not crash
+                raise asyncio.CancelledError
+            if watching:
+                outcome["flags"] += watching.ended(key)
+            run.outcomes[key] = outcome
+        finally:
+            slots.put_nowait(slot)
+        if run.log:
+            run.log(
+                f"{student.name} ({shown}): {outcome['status']} "
+                f"[{time.monotonic() - begun:.1f} s]"
+            )
+        left[student.name] -= 1
+        if left[student.name] == 0:
+            student_done(student)
+
+    try:
+        await asyncio.gather(*(one(s, a) for s in run.students for a in s.notebooks))
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.remove_signal_handler(signum)
+            except (NotImplementedError, RuntimeError):
+                pass
+    if stopped:
+        raise KeyboardInterrupt
+
+
+def _failed(tasks, error) -> dict:
+    reason = f"error while grading: {type(error).__name__}: {str(error)[:150]}"
+    return {
+        "status": reason,
+        "tasks": {
+            t: {
+                "score": 0.0,
+                "passed": 0,
+                "total": 0,
+                "flags": [],
+                "feedback": f"{t}: not graded ({reason}).",
+            }
+            for t in tasks
+        },
+        "flags": [],
+    }
+
+
+class _Watch:
+    """Grading without a sandbox only: snapshots of the places a kernel could change
+    (``watch``), and who was running when something changed."""
+
+    def __init__(self, folder, ignore):
+        self.roots, self.shallow = watch.watched_places(folder)
+        self.ignore = ignore
+        self.last = watch.snapshot(self.roots, self.shallow, ignore)
+        self.active, self.since = set(), set()
+
+    def started(self, key) -> None:
+        self.active.add(key)
+        self.since.add(key)
+
+    def ended(self, key) -> list[str]:
+        self.active.discard(key)
+        now = watch.snapshot(self.roots, self.shallow, self.ignore)
+        found = watch.changes(self.last, now)
+        self.last = now
+        blamed, self.since = self.since | {key}, set(self.active)
+        if not found:
+            return []
+        shown = "; ".join(found[:5]) + (
+            f" and {len(found) - 5} more" if len(found) > 5 else ""
+        )
+        others = sorted(f"{s} ({a})" for s, a in blamed - {key})
+        company = f" (running at the same time: {', '.join(others)})" if others else ""
+        return [
+            f"files outside its private folder changed while it ran{company}: {shown}"
+        ]
+
+
+def _row(student, expected, outcomes, confined: bool) -> dict:
+    statuses, scores, feedback = [], {}, []
+    flags = list(student.flags)
+    several = len(expected) > 1
+    for assignment in expected:
+        prefix = f"{assignment}: " if several else ""
+        tasks = ASSIGNMENTS[assignment]
+        outcome = outcomes.get((student.name, assignment))
+        if outcome is None:
+            why = student.problems.get(assignment, "not submitted")
+            statuses.append(f"{assignment}: {why}")
+            for task in tasks:
+                scores[task] = 0.0
+            feedback.append(f"{assignment}: {why} (0 on {', '.join(tasks)})")
             continue
-        for a, path in mine:
-            outcome = outcomes[(student, a, path)]
-            prefix = f"{path.name}: " if several else ""
-            statuses.append(prefix + outcome["status"])
-            if outcome["status"] != "ok":
-                feedback.append(prefix + outcome["status"])
-            flags += [prefix + f for f in outcome["flags"]]
-            for task, verdict in outcome["tasks"].items():
-                if task not in scores or verdict["score"] > scores[task]:
-                    scores[task] = verdict["score"]
+        statuses.append(prefix + outcome["status"])
+        if outcome["status"] != "ok":
+            feedback.append(prefix + outcome["status"])
+        flags += [prefix + f for f in outcome["flags"]]
+        for task in tasks:
+            verdict = outcome["tasks"].get(task)
+            scores[task] = verdict["score"] if verdict else 0.0
+            if verdict:
                 feedback.append(verdict["feedback"])
-    row = {"student": student, "status": "; ".join(statuses)}
+    row = {"student": student.name, "status": "; ".join(statuses)}
     for task, score in scores.items():
         row[task] = f"{score:.3f}"
     row["total"] = f"{sum(scores.values()):.3f}"
     row["max_total"] = str(len(scores))
+    row["sandbox"] = "bubblewrap" if confined else "none (--no-sandbox)"
     row["flags"] = "\n".join(dict.fromkeys(flags))
     row["feedback"] = "\n".join(feedback)
     return row
 
 
-def write_csv(out: Path, rows, tasks) -> None:
+def _cell(value: str) -> str:
+    """A text cell a spreadsheet shows as text: one that starts like a formula (=, +,
+    -, @, a tab or a carriage return) gets a leading apostrophe."""
+    if value and value[0] in "=+-@\t\r":
+        return "'" + value
+    return value
+
+
+class _Table:
+    """The CSV: rows appended to the partial file as students finish, the final file
+    written atomically at the end."""
+
+    def __init__(self, out: Path, tasks):
+        self.out, self.partial = out, partial_path(out)
+        self.columns = [*FIXED_COLUMNS, *tasks, *END_COLUMNS]
+        with open(self.partial, "w", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns).writeheader()
+
+    def _safe(self, row: dict) -> dict:
+        return {k: _cell(v) if k in _TEXT_COLUMNS else v for k, v in row.items()}
+
+    def append(self, row: dict) -> None:
+        with open(self.partial, "a", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns, restval="").writerow(
+                self._safe(row)
+            )
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def finish(self, rows) -> None:
+        write_csv(self.out, [self._safe(r) for r in rows], self.columns)
+        self.partial.unlink(missing_ok=True)
+
+
+def write_csv(out: Path, rows, columns) -> None:
     """Write the rows atomically: a temporary file in the same folder, renamed over
     ``out``."""
-    columns = [*FIXED_COLUMNS, *tasks, *END_COLUMNS]
     handle = tempfile.NamedTemporaryFile(
         "w",
         dir=out.parent or ".",
@@ -316,9 +461,12 @@ def write_csv(out: Path, rows, tasks) -> None:
         raise
 
 
-def summary(rows, tasks, notebooks: int, seconds: float) -> str:
+def summary(rows, tasks, notebooks: int, seconds: float, sandboxed: bool = True) -> str:
     """A few lines for the end of a run: counts, mean per task, who is flagged."""
-    lines = [f"graded {len(rows)} students ({notebooks} notebooks) in {seconds:.1f} s"]
+    how = "each in its own sandbox" if sandboxed else "WITHOUT a sandbox (--no-sandbox)"
+    lines = [
+        f"graded {len(rows)} students ({notebooks} notebooks, {how}) in {seconds:.1f} s"
+    ]
     for task in tasks:
         values = [float(r[task]) for r in rows if r.get(task)]
         if values:
@@ -332,7 +480,16 @@ def summary(rows, tasks, notebooks: int, seconds: float) -> str:
         for r in rows
         if any(
             s.split(": ", 1)[-1].startswith(
-                ("crashed", "timed out", "malformed", "error", "grading")
+                (
+                    "crashed",
+                    "timed out",
+                    "malformed",
+                    "error",
+                    "grading",
+                    "stopped",
+                    "not graded",
+                    "several notebooks",
+                )
             )
             for s in r["status"].split("; ")
         )

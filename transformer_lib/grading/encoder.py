@@ -18,10 +18,12 @@ from torch import nn
 from ..encoder import EncoderLayer as _RefLayer
 from ..interop import copy_to_torch
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
-from ._modules import layer_problem, load_weights, module_facts
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from .attention import MISTAKES as _ATTENTION_MISTAKES
+from .runner.calls import CALLERS
+from .runner.calls import encoder_layers as _layers
+from .runner.modules import layer_problem
 
 NAME = "EncoderLayer"
 
@@ -53,68 +55,6 @@ MISTAKES = {
         " training=True."
     ),
 }
-
-
-def _layers(d, d_ff) -> dict:
-    shapes = {
-        f"self_attn.{p}": ((d, d), (d,))
-        for p in ("q_proj", "k_proj", "v_proj", "out_proj")
-    }
-    shapes.update(
-        {
-            "ffn.linear1": ((d_ff, d), (d_ff,)),
-            "ffn.linear2": ((d, d_ff), (d,)),
-            "norm1": ((d,), (d,)),
-            "norm2": ((d,), (d,)),
-        }
-    )
-    return shapes
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _build(objs, inputs):
-    return objs[NAME](
-        inputs["d_model"],
-        inputs["num_heads"],
-        inputs["d_ff"],
-        dropout=0.1,
-        norm_first=inputs["norm_first"],
-    )
-
-
-def _call_registration(objs, inputs):
-    return module_facts(
-        _build(objs, inputs), _layers(inputs["d_model"], inputs["d_ff"])
-    )
-
-
-def _call_forward(objs, inputs):
-    student = _build(objs, inputs)
-    facts = module_facts(student, _layers(inputs["d_model"], inputs["d_ff"]))
-    if layer_problem(facts, _layers(inputs["d_model"], inputs["d_ff"]), NAME):
-        return {"facts": facts}
-    load_weights(student, inputs["weights"])
-    student.eval()
-    student.to(getattr(torch, inputs["dtype"]))
-    x, mask = inputs["x"], inputs["mask"]
-    call = (lambda: student(x)) if mask is None else (lambda: student(x, mask))
-    if not inputs["grad"]:
-        with torch.no_grad():
-            return {"facts": facts, "output": call(), "again": call()}
-    output = call()
-    out = {"facts": facts, "output": output, "again": output}
-    if isinstance(output, torch.Tensor) and output.requires_grad:
-        output.sum().backward()
-        out["grads"] = {path: _weight_grad(student, path) for path in facts["layers"]}
-    return out
-
-
-def _weight_grad(module, path):
-    for part in path.split("."):
-        module = getattr(module, part)
-    return module.weight.grad
 
 
 # --------------------------------------------------------------------------------------
@@ -320,7 +260,7 @@ TASK = Task(
     name="encoder",
     title="check_encoder_layer",
     names=(NAME,),
-    callers={"registration": _call_registration, "forward": _call_forward},
+    callers=CALLERS["encoder"],
     make_cases=make_cases,
     banned=(
         "transformer_lib.encoder",

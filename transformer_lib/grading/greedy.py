@@ -15,19 +15,19 @@ model's favourite.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..decoding import greedy_decode as _ref_greedy
 from ..model import Transformer
 from ._helpers import as_tensor, rng, seeded_module
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import BOS, CALLERS, EOS, GREEDY_VOCAB
+from .runner.calls import decoding_model as _model
 
 NAME = "greedy_decode"
-BOS, EOS, FILLER = 1, 2, 3
 CONFIG = dict(
-    src_vocab_size=12,
-    tgt_vocab_size=12,
+    src_vocab_size=GREEDY_VOCAB,
+    tgt_vocab_size=GREEDY_VOCAB,
     d_model=16,
     num_heads=2,
     num_encoder_layers=1,
@@ -66,88 +66,6 @@ MISTAKES = {
         " max_len + 1."
     ),
 }
-
-
-class _ScriptedDecoder(nn.Module):
-    def new_cache(self) -> list[dict]:
-        return [{"self": {}, "cross": {"static": True}}]
-
-
-class ScriptedModel(nn.Module):
-    """A stand-in for ``Transformer`` with its decoding interface (``encode``,
-    ``decode`` with or without a cache, ``decoder.new_cache()``, ``pad_id``). Row b's
-    next token follows ``script[b]`` as long as the prefix does (then FILLER); where
-    ``trap[b, t]`` is True, the padding token gets an even higher logit at position
-    t."""
-
-    def __init__(self, script, trap, vocab_size, pad_id=0):
-        super().__init__()
-        self.pad_id, self.vocab_size = pad_id, vocab_size
-        self.register_buffer("script", script)  # (B, T)
-        self.register_buffer("trap", trap)  # (B, T) bool
-        self.anchor = nn.Parameter(
-            torch.zeros(())
-        )  # so that model.parameters() is not empty
-        self.decoder = _ScriptedDecoder()
-
-    def encode(self, src):
-        return torch.zeros(src.size(0), src.size(1), 1)
-
-    def decode(self, tgt_in, memory, src, cache=None):
-        """tgt_in (B, new) -> logits (B, new, V); with a cache, tgt_in continues what it
-        holds."""
-        tokens = tgt_in
-        if cache is not None:
-            held = cache[0]["self"].get("k")  # (B, 1, L, 1): the tokens seen so far
-            if held is not None:
-                tokens = torch.cat([held[:, 0, :, 0].long(), tgt_in], dim=1)
-            cache[0]["self"]["k"] = cache[0]["self"]["v"] = tokens[
-                :, None, :, None
-            ].float()
-        offset, (batch, length) = tokens.size(1) - tgt_in.size(1), self.script.shape
-        logits = torch.zeros(batch, tgt_in.size(1), self.vocab_size)
-        for b in range(batch):
-            for j in range(tgt_in.size(1)):
-                t = offset + j  # the position of this query
-                follows = t + 1 < length and torch.equal(
-                    tokens[b, : t + 1], self.script[b, : t + 1]
-                )
-                logits[b, j, int(self.script[b, t + 1]) if follows else FILLER] = 10.0
-                if t < length and self.trap[b, t]:
-                    logits[b, j, self.pad_id] = 20.0
-        return logits
-
-    def forward(self, src, tgt_in):
-        return self.decode(tgt_in, self.encode(src), src)
-
-
-def _model(inputs):
-    if inputs["kind"] == "transformer":
-        model = Transformer(**inputs["config"])
-        model.load_state_dict(inputs["weights"])
-        return model.eval()
-    return ScriptedModel(inputs["script"], inputs["trap"], CONFIG["tgt_vocab_size"])
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _call(objs, inputs):
-    model, calls = _model(inputs), []
-    decode = model.decode
-
-    def logged(tgt_in, memory, src, cache=None, **kwargs):
-        calls.append(
-            [
-                int(tgt_in.size(1)) if isinstance(tgt_in, torch.Tensor) else -1,
-                cache is not None,
-            ]
-        )
-        return decode(tgt_in, memory, src, cache=cache, **kwargs)
-
-    model.decode = logged
-    tokens = objs[NAME](model, inputs["src"], inputs["max_len"], BOS, EOS)
-    return {"tokens": tokens, "calls": calls}
 
 
 # --------------------------------------------------------------------------------------
@@ -224,8 +142,7 @@ def _judge_cache(inputs, outputs):
     if any(length != 1 for length, _ in calls):
         raise Failed(
             f"model.decode got {[length for length, _ in calls]} tokens in its calls; "
-            "with a cache each call gets one.\n"
-            + MISTAKES["greedy_prefix_with_cache"]
+            "with a cache each call gets one.\n" + MISTAKES["greedy_prefix_with_cache"]
         )
 
 
@@ -311,7 +228,7 @@ TASK = Task(
     name="greedy",
     title="check_greedy_decode",
     names=(NAME,),
-    callers={"decode": _call},
+    callers=CALLERS["greedy"],
     make_cases=make_cases,
     banned=("transformer_lib.decoding",),
     rules=(

@@ -15,13 +15,14 @@ import torch
 
 from ..multihead import MultiHeadAttention as _RefMHA
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
-from ._modules import layer_problem, load_weights, module_facts
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from .attention import attention_variant
+from .runner.calls import CALLERS, PROJECTIONS
+from .runner.calls import kv_layers as _layers
+from .runner.modules import layer_problem
 
 NAME = "CachedSelfAttention"
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 MISTAKES = {
     "kv_no_causal": (
@@ -43,32 +44,6 @@ MISTAKES = {
         " L, d_k)) and attend to all of them."
     ),
 }
-
-
-def _layers(d) -> dict:
-    return {name: ((d, d), (d,)) for name in PROJECTIONS}
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _call_chunks(objs, inputs):
-    student = objs[NAME](inputs["d_model"], inputs["num_heads"])
-    facts = module_facts(student, _layers(inputs["d_model"]))
-    if layer_problem(facts, _layers(inputs["d_model"]), NAME):
-        return {"facts": facts}
-    load_weights(student, inputs["weights"])
-    student.eval()
-    student.to(getattr(torch, inputs["dtype"]))
-    x, chunks = inputs["x"], inputs["chunks"]
-    outputs, cache, start = [], (None if chunks is None else {}), 0
-    with torch.no_grad():
-        for size in chunks or [x.size(1)]:
-            part = x[:, start : start + size]
-            outputs.append(student(part) if cache is None else student(part, cache))
-            start += size
-    kept = None if cache is None else {k: cache.get(k) for k in ("k", "v")}
-    return {"facts": facts, "outputs": outputs, "cache": kept}
 
 
 # --------------------------------------------------------------------------------------
@@ -203,7 +178,7 @@ TASK = Task(
     name="kv_cache",
     title="check_kv_cache",
     names=(NAME,),
-    callers={"chunks": _call_chunks},
+    callers=CALLERS["kv_cache"],
     make_cases=make_cases,
     # Every cached attention of the library (its decoder, its model) runs multihead.py.
     banned=(

@@ -12,6 +12,7 @@ from .. import loss as _loss
 from ._helpers import as_tensor, compare, first_match, randn
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import CALLERS
 
 NAME = "masked_cross_entropy"
 
@@ -47,25 +48,6 @@ MISTAKES = {
         " included: loss = (1 - eps) * NLL + eps * mean over classes of -log p."
     ),
 }
-
-
-def _call(objs, inputs):
-    logits = inputs["logits"]
-    if inputs["grad"]:
-        logits = logits.detach().clone().requires_grad_(True)
-    found = objs[NAME](
-        logits,
-        inputs["targets"],
-        pad_id=inputs["pad_id"],
-        label_smoothing=inputs["eps"],
-    )
-    out = {"loss": found}
-    if inputs["grad"] and isinstance(found, torch.Tensor):
-        out["requires_grad"] = found.requires_grad
-        if found.requires_grad and found.dim() == 0:
-            found.backward()
-            out["grad"] = logits.grad
-    return out
 
 
 def _loss_variants(logits, targets, pad_id, eps):
@@ -213,7 +195,7 @@ TASK = Task(
     name="loss",
     title="check_loss",
     names=(NAME,),
-    callers={"loss": _call},
+    callers=CALLERS["loss"],
     make_cases=make_cases,
     banned=(
         "transformer_lib.loss",

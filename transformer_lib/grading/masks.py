@@ -11,6 +11,7 @@ from .. import masks as _masks
 from ._helpers import as_tensor, compare, matches
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
+from .runner.calls import CALLERS
 from .attention import MISTAKES as _ATTENTION_MISTAKES
 
 NAMES = ("padding_mask", "causal_mask", "cross_mask")
@@ -26,21 +27,6 @@ def _check_bool_mask(what, found, expected, diagnose):
             " A comparison such as `tokens == pad_id` already gives a bool tensor."
         )
     compare(what, found, expected, diagnose)
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _call_padding(objs, inputs):
-    return objs["padding_mask"](inputs["tokens"], inputs["pad_id"])
-
-
-def _call_causal(objs, inputs):
-    return objs["causal_mask"](inputs["length"])
-
-
-def _call_cross(objs, inputs):
-    return objs["cross_mask"](inputs["src"], inputs["tgt_len"], inputs["pad_id"])
 
 
 # --------------------------------------------------------------------------------------
@@ -241,7 +227,7 @@ TASK = Task(
     name="masks",
     title="check_masks",
     names=NAMES,
-    callers={"padding": _call_padding, "causal": _call_causal, "cross": _call_cross},
+    callers=CALLERS["masks"],
     make_cases=make_cases,
     banned=(
         "transformer_lib.masks",

@@ -13,19 +13,17 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from .. import masks as _masks
 from ..multihead import MultiHeadAttention as _RefMHA
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
-from ._modules import load_weights, module_facts
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from .attention import MISTAKES as _ATTENTION_MISTAKES
 from .attention import attention_variant
+from .runner.calls import CALLERS, PROJECTIONS
 
 NAME = "MultiHeadAttention"
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 MISTAKES = {
     "view_no_transpose": (
@@ -49,60 +47,6 @@ MISTAKES = {
         "The output projection is missing: after merging the heads, apply out_proj."
     ),
 }
-
-
-# --------------------------------------------------------------------------------------
-# The student's side: facts about the module, and its outputs with the reference's
-# weights
-# --------------------------------------------------------------------------------------
-def _build(objs, inputs):
-    student = objs[NAME](inputs["d_model"], inputs["num_heads"])
-    if not isinstance(student, nn.Module):
-        raise Failed(
-            f"{getattr(objs[NAME], '__name__', objs[NAME])}(d_model, num_heads) should "
-            f"create an nn.Module, got {type(student).__name__}."
-        )
-    return student
-
-
-def _call_mha(module, query, key, value, mask):
-    out = module(query, key, value) if mask is None else module(query, key, value, mask)
-    if isinstance(out, (tuple, list)):
-        if not out:
-            raise Failed(
-                "forward returned an empty tuple; expected output or (output, weights)."
-            )
-        out = out[0]
-    return out
-
-
-def _call_registration(objs, inputs):
-    return module_facts(objs[NAME](inputs["d_model"], inputs["num_heads"]), PROJECTIONS)
-
-
-def _call_forward(objs, inputs):
-    student = _build(objs, inputs)
-    facts = module_facts(student, PROJECTIONS)
-    if _projection_problem(facts, inputs["d_model"]):
-        return {"facts": facts}
-    load_weights(student, inputs["weights"])
-    student.eval()
-    student.to(getattr(torch, inputs["dtype"]))
-    query, key, value, mask = (inputs[n] for n in ("query", "key", "value", "mask"))
-    if not inputs["grad"]:
-        with torch.no_grad():
-            return {
-                "facts": facts,
-                "output": _call_mha(student, query, key, value, mask),
-            }
-    output = _call_mha(student, query, key, value, mask)
-    out = {"facts": facts, "output": output}
-    if isinstance(output, torch.Tensor) and output.requires_grad:
-        output.sum().backward()
-        out["grads"] = {
-            name: getattr(student, name).weight.grad for name in PROJECTIONS
-        }
-    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -135,8 +79,7 @@ def _projection_problem(facts, d) -> str | None:
     if facts.get("lists"):
         text += (
             "\nFound layers kept in a plain Python list/dict:"
-            f" {', '.join(facts['lists'])}.\n"
-            + MISTAKES["list_of_layers"]
+            f" {', '.join(facts['lists'])}.\n" + MISTAKES["list_of_layers"]
         )
     return text
 
@@ -242,8 +185,7 @@ def _judge_registration(inputs, outputs):
     if facts["lists"]:
         raise Failed(
             "Found sub-modules kept in a plain Python list/dict: "
-            f"{', '.join(facts['lists'])}.\n"
-            + MISTAKES["list_of_layers"]
+            f"{', '.join(facts['lists'])}.\n" + MISTAKES["list_of_layers"]
         )
     count, expected = facts["parameters"], 4 * (d * d + d)
     if count not in (expected, 4 * d * d):
@@ -396,7 +338,7 @@ TASK = Task(
     name="multihead",
     title="check_multihead",
     names=(NAME,),
-    callers={"registration": _call_registration, "forward": _call_forward},
+    callers=CALLERS["multihead"],
     make_cases=make_cases,
     banned=(
         "transformer_lib.multihead",

@@ -13,6 +13,7 @@ from ..training import noam_lr as _ref_noam
 from ._helpers import type_name
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import CALLERS
 
 NAME = "noam_lr"
 
@@ -55,33 +56,6 @@ def _as_float(name, value) -> float:
 
 
 # --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _call_values(objs, inputs):
-    return [
-        objs[NAME](step, inputs["d_model"], inputs["warmup"])
-        for step in inputs["steps"]
-    ]
-
-
-def _call_lambda_lr(objs, inputs):
-    """The schedule in PyTorch's LambdaLR, as the course uses it: the rates of the first
-    updates."""
-    fn, d_model, warmup = objs[NAME], inputs["d_model"], inputs["warmup"]
-    weight = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([weight], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: fn(s + 1, d_model, warmup)
-    )
-    rates = []
-    for _ in range(inputs["updates"]):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return rates
-
-
-# --------------------------------------------------------------------------------------
 # The grader's side
 # --------------------------------------------------------------------------------------
 def _judge(inputs, outputs):
@@ -117,8 +91,7 @@ def _judge(inputs, outputs):
             hint = MISTAKES["noam_step_zero"]
         raise Failed(
             f"step {step} (d_model={d_model}, warmup={warmup}): expected "
-            f"{expected:.6g}, got {value:.6g}."
-            + (f"\n{hint}" if hint else "")
+            f"{expected:.6g}, got {value:.6g}." + (f"\n{hint}" if hint else "")
         )
 
 
@@ -165,7 +138,7 @@ TASK = Task(
     name="noam",
     title="check_noam",
     names=(NAME,),
-    callers={"values": _call_values, "lambda_lr": _call_lambda_lr},
+    callers=CALLERS["noam"],
     make_cases=make_cases,
     banned=("transformer_lib.training",),
     rules=(

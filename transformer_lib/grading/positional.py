@@ -11,6 +11,7 @@ from ..positional import sinusoidal_table as _ref_table
 from ._helpers import as_tensor, compare, first_match
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import CALLERS
 
 NAME = "sinusoidal_table"
 
@@ -51,10 +52,6 @@ def _table_variant(max_len, d_model, kind):
     table[:, 0::2] = first(angles)
     table[:, 1::2] = second(angles[:, :n_cos])
     return table
-
-
-def _call(objs, inputs):
-    return objs[NAME](inputs["max_len"], inputs["d_model"])
 
 
 def _judge(inputs, outputs):
@@ -119,7 +116,7 @@ TASK = Task(
     name="positional",
     title="check_positional",
     names=(NAME,),
-    callers={"table": _call},
+    callers=CALLERS["positional"],
     make_cases=make_cases,
     banned=("transformer_lib.positional",),
     rules="the library's positional encoding (transformer_lib.positional)",

@@ -24,6 +24,8 @@ from ..training import train_step as _ref_step
 from ._helpers import rng, seeded_module, type_name
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
+from .runner.calls import CALLERS, schedule
+from .runner.calls import training_setup as setup
 
 NAME = "train_step"
 BOS, EOS = 1, 2
@@ -77,45 +79,6 @@ CONFIG = dict(
     dropout=0.0,
     max_len=32,
 )
-
-
-def schedule(step: int) -> float:
-    """The LambdaLR factor the grader uses (base lr 0.1): 0.05, then 0.1, 0.15, ..."""
-    return (step + 1) / 2
-
-
-def setup(config: dict, weights: dict):
-    """The model, optimizer and schedule one step is graded with (in both processes)."""
-    model = Transformer(**config)
-    model.load_state_dict(weights)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    for p in model.parameters():  # left over from an earlier step
-        p.grad = torch.full_like(p, 0.5)
-    return model, optimizer, scheduler
-
-
-# --------------------------------------------------------------------------------------
-# The student's side
-# --------------------------------------------------------------------------------------
-def _call(objs, inputs):
-    model, optimizer, scheduler = setup(inputs["config"], inputs["weights"])
-    losses = [
-        objs[NAME](
-            model,
-            inputs["src"],
-            inputs["tgt"],
-            optimizer,
-            scheduler,
-            label_smoothing=inputs["eps"],
-        )
-        for _ in range(inputs["steps"])
-    ]
-    return {
-        "losses": losses,
-        "params": dict(model.state_dict()),
-        "lr": optimizer.param_groups[0]["lr"],
-    }
 
 
 # --------------------------------------------------------------------------------------
@@ -310,7 +273,7 @@ TASK = Task(
     name="train_step",
     title="check_train_step",
     names=(NAME,),
-    callers={"step": _call},
+    callers=CALLERS["train_step"],
     make_cases=make_cases,
     banned=("transformer_lib.training",),
     rules=(

@@ -11,16 +11,41 @@ from __future__ import annotations
 
 from ._result import GradeResult
 from ._task import Case, Task, judge_case
-from .kernel import run_task
+from .runner.plan import run_task
 from .tasks import TASKS
 
+# What a stand-in of the student edition raises when the reference is used.
+_UNAVAILABLE = "ReferenceUnavailable"
 
-def plan_cases(cases: list[Case]) -> list[dict]:
-    """The student's half of each case, as data for ``torch.save``."""
-    return [
-        {"call": c.call, "inputs": c.inputs, "uses": list(c.uses), "args": list(c.args)}
-        for c in cases
-    ]
+
+def plan_item(task: Task, cases: list[Case]) -> dict:
+    """One task of a kernel's plan, as data for ``torch.save``: what the runner needs to
+    run the student's half of each case, and no more."""
+    return {
+        "task": task.name,
+        "names": list(task.names),
+        "banned": list(task.banned),
+        "cases": [
+            {
+                "call": c.call,
+                "inputs": c.inputs,
+                "uses": list(c.uses),
+                "args": list(c.args),
+            }
+            for c in cases
+        ],
+    }
+
+
+def _unavailable_used(outputs: list) -> list[str]:
+    """The references a case reached in the student edition (their stand-ins raised)."""
+    used = []
+    for out in outputs:
+        if isinstance(out, dict) and out.get("error_type") == _UNAVAILABLE:
+            label = str(out.get("error_message", "")).split(" is not available", 1)[0]
+            if label and label not in used:
+                used.append(label)
+    return used
 
 
 def _short(labels) -> str:
@@ -49,6 +74,7 @@ def judge_task(
     outputs = entry.get("outputs") if isinstance(entry, dict) else None
     outputs = outputs if isinstance(outputs, list) else []
     hits = [str(h) for h in entry.get("hits") or []]
+    hits += [h for h in _unavailable_used(outputs) if h not in hits]
     tampered = [str(t) for t in entry.get("tampered") or []]
     if tampered:
         return {
@@ -93,6 +119,21 @@ def judge_task(
     }
 
 
+def judge_source(task: Task, cases: list[Case], used: list[str]) -> dict:
+    """Score 0: the graded code names references the task bans (``static``)."""
+    total = len(cases)
+    return {
+        "score": 0.0,
+        "passed": 0,
+        "total": total,
+        "flags": [f"{task.name}: its code names {_short(used)}"],
+        "feedback": (
+            f"{task.title}: 0/{total}: your code uses {_short(used)}. This task asks"
+            f" for your own implementation: do not call {task.rules}."
+        ),
+    }
+
+
 def grade_namespace(namespace: dict, tasks=None, seed: int = 0) -> dict:
     """Grade the objects found in ``namespace``, in this process: {task: verdict}.
 
@@ -111,6 +152,6 @@ def grade_namespace(namespace: dict, tasks=None, seed: int = 0) -> dict:
     for name in tasks:
         task = TASKS[name]
         cases = task.make_cases(task.names, seed)
-        entry = run_task(task, plan_cases(cases), namespace)
+        entry = run_task(plan_item(task, cases), namespace)
         out[name] = judge_task(task, cases, entry)
     return out

@@ -1,10 +1,14 @@
-"""Notice files that changed while submissions ran: the submissions folder, the library,
-the places Python and Jupyter read code from at start-up.
+"""Grading without a sandbox (``--no-sandbox``): notice files that changed while
+submissions ran: the submissions folder, the library, the places Python and Jupyter read
+code from at start-up. (A sandboxed kernel cannot write any of them.)
 
 A snapshot maps each file to (size, mtime, ctime, inode). The ctime cannot be set back
 by a program (``os.utime`` sets mtime and atime only), so any write, rename or ``chmod``
-shows, even one that restores the old mtime. Nothing is hashed and nothing is written:
-watching is cheap enough to repeat after every notebook.
+shows, even one that restores the old mtime. A folder is known by what it holds,
+bytecode caches left aside: Python writing a ``__pycache__`` (the grader's own imports
+do) is not a change. Nothing is hashed and nothing is written: watching is cheap enough
+to repeat after every notebook. It cannot see bytecode planted in a ``__pycache__``:
+that is one of the reasons to grade in a sandbox.
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ def _stat(path: str):
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
+def _folder(path: str):
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return None
+    return ("folder", tuple(sorted(n for n in names if n != "__pycache__")))
+
+
 def snapshot(roots, shallow=(), ignore=()) -> dict[str, tuple]:
     """{path: stat} for every file and folder under ``roots`` (recursively, links not
     followed) and for the entries directly inside each of ``shallow`` (site-packages: a
@@ -35,10 +47,14 @@ def snapshot(roots, shallow=(), ignore=()) -> dict[str, tuple]:
         root = os.path.abspath(root)
         if not os.path.isdir(root):
             continue
-        found[root] = _stat(root)
+        found[root] = _folder(root)
         for folder, dirs, files in os.walk(root):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
-            for name in dirs + files:
+            for name in dirs:
+                path = os.path.join(folder, name)
+                if path not in ignore:
+                    found[path] = _folder(path)
+            for name in files:
                 path = os.path.join(folder, name)
                 if path not in ignore:
                     found[path] = _stat(path)

@@ -1,5 +1,12 @@
 """Notice when graded code reaches a reference implementation it may not use.
 
+This runs in the student's own process, so it is a courtesy, not a defence: it tells an
+honest student who forgot the rule which reference their code reached, in the notebook
+checks and in batch grading. A determined notebook can switch it off; what batch grading
+rests on is outside the kernel: the student edition of the library, in which the task's
+references do not exist (``grading/edition.py``), the sandbox around the kernel
+(``grading/sandbox.py``) and the grader's reading of the source (``grading/static.py``).
+
 A task bans some references (``Task.banned``: dotted names such as
 ``transformer_lib.attention`` or ``torch.nn.functional.cross_entropy``). While a
 student's code runs on the grader's inputs, ``Guard`` watches it in two ways:
@@ -18,10 +25,9 @@ student's code runs on the grader's inputs, ``Guard`` watches it in two ways:
 Calls to ``sys.setprofile``/``settrace`` (or ``gc.get_objects``, to dig out a hidden
 original) while graded code runs are recorded as tampering, and so is a hook that is no
 longer installed after a case. A hook that does not see a known call when it is
-installed (``sys.setprofile`` replaced) is tampering too. What this cannot see
-(in-process watching has limits) is listed in ``assignments/README.md``: code written to
-switch the hook off without a Python-level call, a thread started before grading began,
-or the library's source pasted into the notebook.
+installed (``sys.setprofile`` replaced) is tampering too. What this cannot see: code
+written to switch the hook off without a Python-level call (``ctypes``), a thread started
+before grading began, the library's source pasted into the notebook.
 """
 
 from __future__ import annotations
