@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capstone_recipe import Data, print_table, recipes, run_one, save  # noqa: E402
+from capstone_recipe import print_table, recipes, run_grid  # noqa: E402
 
 
 def bpe_recipes(sizes) -> dict:
@@ -51,28 +51,20 @@ def main(argv=None) -> int:
     table = bpe_recipes(args.sizes)
     here = os.path.dirname(os.path.abspath(__file__))
     out = args.out or os.path.join(here, "results", f"capstone_bpe_{args.clock}.json")
-    data_sets, results = Data(), []
     header = dict(kind="bpe", clock=args.clock, torch=torch.__version__,
                   cpus=os.cpu_count(),
                   processor=platform.processor() or platform.machine(),
                   cpu_capability=torch.backends.cpu.get_cpu_capability(),
                   recipes=table)
-    for seed in args.seeds:
-        for budget in args.budgets:
-            for name, recipe in table.items():
-                r = run_one(name, recipe, "de", seed, budget, args.clock, data_sets)
-                data = data_sets.get("de", seed, **recipe["data"])
-                tgt = data.tensors["train"][1]
-                r["target_vocab"] = len(data.tgt_vocab)
-                # tokens per training target, <eos> included (the model writes them)
-                r["mean_target_len"] = round(float((tgt != 0).sum(1).float().mean()) - 1, 3)
-                results.append(r)
-                print(f"{name:<12} seed {seed} {budget:>4g} s ({args.clock}): exact match "
-                      f"{r['exact_match']:.4f} after {r['steps']} steps "
-                      f"({1e3 * r['cpu_s_per_step']:.1f} ms/step CPU, "
-                      f"{1e3 * r['wall_s_per_step']:.1f} wall), "
-                      f"load {r['load_before'][0]:.1f}", flush=True)
-                save(out, dict(header, results=results))  # partial results survive
+
+    def annotate(result, data):
+        tgt = data.tensors["train"][1]
+        result["target_vocab"] = len(data.tgt_vocab)
+        # tokens per training target, <eos> included (the model writes them)
+        result["mean_target_len"] = round(float((tgt != 0).sum(1).float().mean()) - 1, 3)
+
+    results = run_grid(table, ["de"], args.seeds, args.budgets, args.clock, out, header,
+                       annotate)
     print_table(results)
     print(f"\nwrote {out}")
     return 0
