@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from capstone_recipe import print_table, recipes, run_grid  # noqa: E402
+from capstone_recipe import machine_header, print_table, recipes, run_grid  # noqa: E402
 
 
 def bpe_recipes(sizes) -> dict:
@@ -51,11 +48,7 @@ def main(argv=None) -> int:
     table = bpe_recipes(args.sizes)
     here = os.path.dirname(os.path.abspath(__file__))
     out = args.out or os.path.join(here, "results", f"capstone_bpe_{args.clock}.json")
-    header = dict(kind="bpe", clock=args.clock, torch=torch.__version__,
-                  cpus=os.cpu_count(),
-                  processor=platform.processor() or platform.machine(),
-                  cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                  recipes=table)
+    header = machine_header("bpe", args.clock, table)
 
     def annotate(result, data):
         tgt = data.tensors["train"][1]

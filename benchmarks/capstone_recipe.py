@@ -143,6 +143,13 @@ def run_one(name, recipe, lang, seed, budget, clock, data_sets):
                 load_after=[round(x, 2) for x in load_after])
 
 
+def machine_header(kind, clock, table) -> dict:
+    """What a results file says about the run: its kind, clock, torch and the CPU."""
+    return dict(kind=kind, clock=clock, torch=torch.__version__, cpus=os.cpu_count(),
+                processor=platform.processor() or platform.machine(),
+                cpu_capability=torch.backends.cpu.get_cpu_capability(), recipes=table)
+
+
 def run_grid(table, langs, seeds, budgets, clock, out, header, annotate=None) -> list:
     """``run_one`` for every recipe of ``table`` (name -> settings), language, seed and
     budget; each result is printed and the file ``out`` rewritten as it comes (partial
@@ -212,13 +219,8 @@ def main(argv=None) -> int:
     filename = f"capstone_{kind}_{args.clock}.json"
     out = args.out or os.path.join(here, "results", filename)
     chosen = {n: table[n] for n in names}
-    header = dict(kind=kind, clock=args.clock, torch=torch.__version__,
-                  cpus=os.cpu_count(),
-                  processor=platform.processor() or platform.machine(),
-                  cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                  recipes=chosen)
     results = run_grid(chosen, args.langs, args.seeds, args.budgets, args.clock, out,
-                       header)
+                       machine_header(kind, args.clock, chosen))
     print_table(results)
     print(f"\nwrote {out}")
     return 0
