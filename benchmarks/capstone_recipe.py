@@ -86,12 +86,14 @@ class Data:
     def __init__(self):
         self.cache, self.sets = {}, {}
 
-    def get(self, lang, seed, scheme, zero_prob, train_size=12_000) -> NumberWordsData:
-        key = (lang, seed, scheme, zero_prob)
+    def get(self, lang, seed, scheme, zero_prob, train_size=12_000,
+            **options) -> NumberWordsData:
+        """``options``: more NumberWordsData arguments (``bpe_vocab_size``)."""
+        key = (lang, seed, scheme, zero_prob, tuple(sorted(options.items())))
         if key not in self.sets:
             self.sets[key] = NumberWordsData(lang, train_size=train_size, seed=seed,
                                              scheme=scheme, zero_prob=zero_prob,
-                                             cache=self.cache)
+                                             cache=self.cache, **options)
         return self.sets[key]
 
 
@@ -141,6 +143,36 @@ def run_one(name, recipe, lang, seed, budget, clock, data_sets):
                 load_after=[round(x, 2) for x in load_after])
 
 
+def machine_header(kind, clock, table) -> dict:
+    """What a results file says about the run: its kind, clock, torch and the CPU."""
+    return dict(kind=kind, clock=clock, torch=torch.__version__, cpus=os.cpu_count(),
+                processor=platform.processor() or platform.machine(),
+                cpu_capability=torch.backends.cpu.get_cpu_capability(), recipes=table)
+
+
+def run_grid(table, langs, seeds, budgets, clock, out, header, annotate=None) -> list:
+    """``run_one`` for every recipe of ``table`` (name -> settings), language, seed and
+    budget; each result is printed and the file ``out`` rewritten as it comes (partial
+    results survive an interrupted run). ``annotate(result, data)`` may add to a result."""
+    data_sets, results = Data(), []
+    for seed in seeds:
+        for budget in budgets:
+            for lang in langs:
+                for name, recipe in table.items():
+                    r = run_one(name, recipe, lang, seed, budget, clock, data_sets)
+                    if annotate is not None:
+                        annotate(r, data_sets.get(lang, seed, **recipe["data"]))
+                    results.append(r)
+                    print(f"{name:<26}{lang} seed {seed} {budget:>5g} s ({clock}):"
+                          f" exact match {r['exact_match']:.4f}"
+                          f" after {r['steps']} steps"
+                          f" ({r['wall_s_per_step']:.4f} s/step wall,"
+                          f" {r['cpu_s_per_step']:.4f} CPU),"
+                          f" load {r['load_before'][0]:.1f}", flush=True)
+                    save(out, dict(header, results=results))
+    return results
+
+
 def save(path, content):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -186,27 +218,9 @@ def main(argv=None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     filename = f"capstone_{kind}_{args.clock}.json"
     out = args.out or os.path.join(here, "results", filename)
-    data_sets = Data()
-    results = []
-    header = dict(kind=kind, clock=args.clock, torch=torch.__version__,
-                  cpus=os.cpu_count(),
-                  processor=platform.processor() or platform.machine(),
-                  cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                  recipes={n: table[n] for n in names})
-    for seed in args.seeds:
-        for budget in args.budgets:
-            for lang in args.langs:
-                for name in names:
-                    r = run_one(name, table[name], lang, seed, budget, args.clock,
-                                data_sets)
-                    results.append(r)
-                    print(f"{name:<26}{lang} seed {seed} {budget:>5g} s ({args.clock}):"
-                          f" exact match {r['exact_match']:.4f}"
-                          f" after {r['steps']} steps"
-                          f" ({r['wall_s_per_step']:.4f} s/step wall,"
-                          f" {r['cpu_s_per_step']:.4f} CPU),"
-                          f" load {r['load_before'][0]:.1f}", flush=True)
-                    save(out, dict(header, results=results))  # partial results survive
+    chosen = {n: table[n] for n in names}
+    results = run_grid(chosen, args.langs, args.seeds, args.budgets, args.clock, out,
+                       machine_header(kind, args.clock, chosen))
     print_table(results)
     print(f"\nwrote {out}")
     return 0

@@ -253,7 +253,9 @@ def draw_architecture():
          ha="left")
     text(
         ax, ex, 8.45, "Chapter 10 trains it all on a real task;\n"
-        "chapter 11 catalogues the classic bugs.", size=9.5, style="italic")
+        "chapter 11 catalogues the classic bugs;\n"
+        "chapter 12 runs it with real pretrained weights;\n"
+        "chapter 13 trains it on several processes.", size=9.5, style="italic")
     return fig
 
 

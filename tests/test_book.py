@@ -147,6 +147,14 @@ def test_page_renders_offline(page_path, server, browser):
         errors = page.evaluate("document.querySelectorAll('mjx-merror').length")
         assert typeset > 0, "the page has math but MathJax typeset none of it"
         assert errors == 0, f"MathJax reported {errors} errors"
+        # A display equation wider than the text column is cut off at its right edge
+        # (MathJax does not break lines): split it, e.g. with \begin{aligned}.
+        too_wide = page.evaluate(
+            """() => Array.from(document.querySelectorAll('mjx-container[display="true"]'))
+                .map(c => [c.querySelector('mjx-math').getBoundingClientRect().width,
+                           c.getBoundingClientRect().width, c.textContent.slice(0, 60)])
+                .filter(([inner, outer]) => inner > outer + 1)""")
+        assert not too_wide, f"display equations wider than the page (px, px, text): {too_wide}"
     broken = page.evaluate(
         "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
     assert not broken, f"images that did not load: {broken}"

@@ -27,10 +27,16 @@ EARLIER = {"13_scaling_out.ipynb": {"runs": {
 
 
 def _timing_cell(name: str) -> str:
+    """The cell that sets MEASURE, after the code cells right before it (what it times
+    may be defined there, in the same section)."""
     nb = nbformat.read(ROOT / "book" / name, as_version=4)
-    cells = [c.source for c in nb.cells if c.cell_type == "code" and "MEASURE =" in c.source]
-    assert len(cells) == 1, name
-    return cells[0]
+    where = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and "MEASURE =" in c.source]
+    assert len(where) == 1, name
+    first = where[0]
+    while first > 0 and nb.cells[first - 1].cell_type == "code":
+        first -= 1
+    return "\n\n".join(c.source for c in nb.cells[first:where[0] + 1])
 
 
 def _run(source: str, earlier: dict | None = None) -> tuple[dict, str]:

@@ -60,6 +60,8 @@ def test_positional_plots_and_lines():
     table = tl.sinusoidal_table(20, 8)
     fig = viz.plot_positional_table(table)
     np.testing.assert_allclose(fig.axes[0].images[0].get_array(), table.numpy())
+    # columns j, not pairs i (chapter 2 keeps the two apart)
+    assert fig.axes[0].get_xlabel() == "column j of the table (pair i = j // 2)"
     fig = viz.plot_positional_curves(table, dims=(0, 1))
     lines = fig.axes[0].get_lines()
     np.testing.assert_allclose(lines[1].get_ydata(), table[:, 1].numpy())

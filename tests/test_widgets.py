@@ -58,14 +58,24 @@ def test_attention_explorer_crops_padding():
     plt.close("all")
 
 
-def test_attention_explorer_labels_decoder_columns_with_its_inputs():
+def test_attention_explorer_labels_rows_by_the_books_convention():
+    # cross-attention rows: the token each position writes; decoder self-attention: the
+    # tokens it reads, on both axes (chapter 8); the axes say which
     maps, src_labels, tgt_labels = small_maps()
     outputs = [["x", "y", "z", "<eos>"], ["w", "<eos>"]]
     explorer = widgets.attention_explorer(maps, src_labels, outputs, tgt_in_labels=tgt_labels)
     explorer.controls["kind"].value = "decoder"
+    explorer.controls["layer"].value = 0
+    ax = explorer.static_figure().axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == tgt_labels[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == tgt_labels[0]
+    assert ax.get_ylabel() == "query (decoder input)"
+    assert ax.get_title() == "decoder attention, layer 0, head 0"
+    explorer.controls["kind"].value = "cross"
     ax = explorer.static_figure().axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == outputs[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == tgt_labels[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == src_labels[0]
+    assert ax.get_ylabel() == "writes (target token)"
     plt.close("all")
 
 

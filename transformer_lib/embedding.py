@@ -25,8 +25,9 @@ class TokenEmbedding(nn.Module):
 
     The row ``pad_id`` is all zeros and receives no gradient (``padding_idx``).
 
-    ``scale=False`` leaves out the sqrt(d_model) factor: some models (for example many
-    Marian translation models, ``scale_embedding=False``) were trained without it.
+    ``scale=False`` leaves out the sqrt(d_model) factor, for models trained without it.
+    Hugging Face's Marian models have the same switch, ``scale_embedding``; the opus-mt
+    models set it to True, like the paper (chapter 12).
 
     Shapes: tokens (B, L) int64 -> (B, L, d_model).
     """

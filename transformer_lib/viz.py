@@ -157,13 +157,14 @@ def show_mask(mask, *, row_labels: Sequence[str] | None = None,
 
 def plot_positional_table(table, *, title: str = "Sinusoidal positional encoding",
                           ax=None):
-    """The (max_len, d_model) positional table as a heatmap: position down, dimension across."""
+    """The (max_len, d_model) positional table as a heatmap: position down, column j across
+    (column j holds the sine, j even, or the cosine, j odd, of pair i = j // 2)."""
     values = _check_table(table)
     own_figure = ax is None
     if own_figure:
         fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel("embedding dimension i")
+    ax.set_xlabel("column j of the table (pair i = j // 2)")
     ax.set_ylabel("position")
     ax.set_title(title)
     ax.figure.colorbar(image, ax=ax, label="PE value")
@@ -192,8 +193,8 @@ def plot_lines(x, series: dict, *, title: str | None = None, xlabel: str = "", y
 
 
 def plot_positional_curves(table, dims: Sequence[int] = (0, 1, 4, 5, 10, 11), *,
-                           title: str = "Positional encoding, one curve per dimension", ax=None):
-    """PE[pos, i] against position for a few dimensions i: fast waves first, slow ones later."""
+                           title: str = "Positional encoding, one curve per column", ax=None):
+    """PE[pos, j] against position for a few columns j: fast waves first, slow ones later."""
     values = _check_table(table)
     for d in dims:
         check_int("dims", d, 0, values.shape[1] - 1)

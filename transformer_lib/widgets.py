@@ -202,10 +202,12 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
 
     ``maps`` is the dict returned by ``Transformer(src, tgt_in, return_attention=True)``: for each
     kind a list, one per layer, of (B, H, Lq, Lk) tensors. ``src_labels[b]`` and ``tgt_labels[b]``
-    are the token strings of example b; their lengths crop away the padding. ``tgt_labels`` label
-    the decoder's rows (queries); ``tgt_in_labels`` (default: ``tgt_labels``) label the columns of
-    decoder self-attention, the tokens the decoder reads. With teacher forcing these differ: the
-    row that writes token i reads <bos> or token i - 1.
+    are the token strings of example b; their lengths crop away the padding. The book's
+    convention (chapter 8), named on the axes: the rows of a cross-attention map are labelled
+    with ``tgt_labels``, the token each decoder position writes; decoder self-attention keeps
+    the tokens the decoder reads, ``tgt_in_labels`` (default: ``tgt_labels``), on both axes.
+    With teacher forcing these differ: the row that writes token i reads <bos> or token i - 1.
+    Layers and heads are numbered from 0, as the tensors index them.
     """
     import ipywidgets
 
@@ -223,16 +225,21 @@ def attention_explorer(maps: dict, src_labels: list, tgt_labels: list,
                          ("tgt_in_labels", tgt_in_labels)):
         if len(labels) != batch:
             raise ValueError(f"{name} must hold one list of tokens per example ({batch}), got {len(labels)}")
-    rows_cols = {"encoder": (src_labels, src_labels), "decoder": (tgt_labels, tgt_in_labels),
+    rows_cols = {"encoder": (src_labels, src_labels), "decoder": (tgt_in_labels, tgt_in_labels),
                  "cross": (tgt_labels, src_labels)}
+    axes = {"encoder": ("query (source)", "key (source)"),
+            "decoder": ("query (decoder input)", "key (decoder input)"),
+            "cross": ("writes (target token)", "key (source)")}
 
     def draw(kind, layer, head, example):
         rows, cols = (labels[example] for labels in rows_cols[kind])
         weights = maps[kind][layer][example, head, : len(rows), : len(cols)]  # (Lq, Lk), no padding
         # Wide enough for the title even when a short example has only a few columns.
         figsize = (max(4.6, 1.8 + 0.55 * len(cols)), max(3.4, 1.3 + 0.45 * len(rows)))
+        ylabel, xlabel = axes[kind]
         return viz.show_heatmap(weights, row_labels=rows, col_labels=cols, vmin=0.0, vmax=1.0,
-                                title=f"{kind} attention, layer {layer + 1}, head {head + 1}",
+                                title=f"{kind} attention, layer {layer}, head {head}",
+                                xlabel=xlabel, ylabel=ylabel,
                                 colorbar_label="attention weight", figsize=figsize)
 
     controls = {"kind": ipywidgets.Dropdown(options=["cross", "encoder", "decoder"], value="cross",

@@ -3,6 +3,7 @@
 ``num2words`` (an optional dependency) is imported only when number words are first computed.
 """
 from .batching import BucketBatcher, pad_sequences
+from .bpe import BPETokenizer
 from .numbers import (
     MAX_NUMBER,
     ZERO_PROB,
@@ -22,14 +23,15 @@ from .tokenize import (
     target_tokenizer,
     tokenize_chars,
     tokenize_words,
+    tokenizer_inventory,
 )
 from .vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
 __all__ = [
-    "BOS", "BucketBatcher", "CharTokenizer", "EOS", "FRENCH_MORPHEMES",
+    "BOS", "BPETokenizer", "BucketBatcher", "CharTokenizer", "EOS", "FRENCH_MORPHEMES",
     "GERMAN_MORPHEMES", "MAX_NUMBER", "MorphemeTokenizer", "NumberSplit",
     "NumberWordsData", "PAD", "SPECIALS", "UNK", "Vocab", "ZERO_PROB",
     "detokenize_chars", "detokenize_words", "magnitude_buckets", "number_to_words",
     "pad_sequences", "split_numbers", "target_tokenizer", "tokenize_chars",
-    "tokenize_words",
+    "tokenize_words", "tokenizer_inventory",
 ]

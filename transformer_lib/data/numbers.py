@@ -20,6 +20,7 @@ import torch
 
 from .._checks import check_int, check_number, check_positive_int, check_probability
 from .batching import BucketBatcher, pad_sequences
+from .bpe import BPETokenizer
 from .tokenize import detokenize_words, target_tokenizer, tokenize_words
 from .vocab import Vocab
 
@@ -173,8 +174,9 @@ class NumberWordsData:
       training part, with zero digits drawn with probability ``zero_prob`` (``None``:
       uniformly; see ``NumberSplit.sample_train``);
     - ``src_vocab`` (English words) and ``tgt_vocab`` (target pieces of ``scheme``:
-      "glued" morphemes, "morphemes" or "chars"; see ``target_tokenizer``), built from
-      the training pairs only;
+      "glued" morphemes, "morphemes", "chars", or "bpe": a byte-pair encoding with
+      ``bpe_vocab_size`` tokens learned from the training targets; see
+      ``target_tokenizer`` and ``BPETokenizer``), built from the training pairs only;
     - ``cache``: the (number, lang) -> words dictionary, shareable between data sets;
     - ``tensors[name] = (src, tgt)`` for name in "train", "valid", "test": padded id tensors, the
       target wrapped in <bos> ... <eos>. They are computed once, so a training batch costs one
@@ -184,7 +186,7 @@ class NumberWordsData:
     def __init__(self, lang: str = "de", train_size: int = 30_000, n_test: int = 2000,
                  n_valid: int = 500, seed: int = 0, scheme: str = "glued",
                  max_number: int = MAX_NUMBER, cache: dict | None = None,
-                 zero_prob: float | None = ZERO_PROB):
+                 zero_prob: float | None = ZERO_PROB, bpe_vocab_size: int = 60):
         if lang not in ("de", "fr"):
             raise ValueError(f"lang must be 'de' or 'fr', got {lang!r}")
         # split_numbers and sample_train check the rest; a data set also needs at least one
@@ -192,13 +194,17 @@ class NumberWordsData:
         check_positive_int("train_size", train_size)
         check_positive_int("n_valid", n_valid)
         self.lang, self.scheme = lang, scheme
-        self.tgt_tokenizer = target_tokenizer(lang, scheme)
+        if scheme != "bpe":
+            self.tgt_tokenizer = target_tokenizer(lang, scheme)
         self.split = split_numbers(n_test, n_valid, seed, max_number)
         train = self.split.sample_train(train_size, seed=seed + 1, zero_prob=zero_prob)
         self.numbers = {"train": train, "valid": self.split.valid,
                         "test": self.split.test}
         # (number, lang) -> words; pass the ``cache`` of another data set to reuse its English.
         self.cache: dict[tuple[int, str], str] = {} if cache is None else cache
+        if scheme == "bpe":  # learned from the training targets, as the vocabularies are
+            self.tgt_tokenizer = BPETokenizer.train([self.words(n) for n in train],
+                                                    bpe_vocab_size)
         train_src, train_tgt = self._tokenized(self.numbers["train"])
         self.src_vocab = Vocab.from_sequences(train_src)
         self.tgt_vocab = Vocab.from_sequences(train_tgt)

@@ -14,12 +14,17 @@ token of its own, so the cut is always possible and always exact.
 French writes numbers as several words ("quatre-vingt-dix-sept mille"). With separators
 as tokens of their own, almost every second output step only writes a space or a hyphen.
 The "glued" scheme attaches each separator to the piece after it ("quatre", "-vingt",
-"-dix", "-sept", " mille"): 40% fewer steps, and the separator is chosen with the word.
+"-dix", "-sept", " mille"): 45% fewer steps, and the separator is chosen with the word.
 German, one word, is cut the same way by both schemes.
+
+The fourth scheme, "bpe", is learned from the training targets instead of written by
+hand: a byte-pair encoding (``bpe.py``), as in the paper.
 """
 from __future__ import annotations
 
 import re
+
+from .bpe import BPETokenizer
 
 # Separators are tokens of their own: "ninety-nine" -> ["ninety", "-", "nine"].
 _SOURCE_PATTERN = re.compile(r"[^\s,\-]+|[,\-]")
@@ -149,20 +154,39 @@ class CharTokenizer:
         return "CharTokenizer()"
 
 
-SCHEMES = ("glued", "morphemes", "chars")
+SCHEMES = ("glued", "morphemes", "chars", "bpe")
 
 
 def target_tokenizer(lang: str, scheme: str = "glued", morphemes=None):
     """The target-side tokenizer for ``lang`` ("de" or "fr"): ``scheme="glued"``
     (default: morphemes, each separator glued to the piece after it), ``"morphemes"``
-    (separators as tokens of their own) or ``"chars"``. ``morphemes`` overrides the
-    built-in inventory (e.g. one read from a checkpoint)."""
+    (separators as tokens of their own), ``"chars"`` or ``"bpe"``. ``morphemes``
+    overrides the built-in inventory (e.g. one read from a checkpoint). A BPE
+    vocabulary is learned from data, not built in: for ``"bpe"``, ``morphemes`` is the
+    learned ``BPETokenizer`` or its ``state()`` (see ``tokenizer_inventory``)."""
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
     if scheme == "chars":
         return CharTokenizer()
+    if scheme == "bpe":
+        if isinstance(morphemes, BPETokenizer):
+            return morphemes
+        if morphemes is None:
+            raise ValueError("scheme='bpe' needs the learned BPETokenizer or its state(); "
+                             "NumberWordsData(scheme='bpe') learns one")
+        return BPETokenizer.from_state(morphemes)
     if morphemes is None:
         if lang not in MORPHEMES:
             raise ValueError(f"no morpheme inventory for lang={lang!r}; expected one of {sorted(MORPHEMES)}")
         morphemes = MORPHEMES[lang]
     return MorphemeTokenizer(morphemes, glue=scheme == "glued")
+
+
+def tokenizer_inventory(tokenizer):
+    """What ``target_tokenizer`` needs to rebuild ``tokenizer`` (its ``morphemes``): the
+    morpheme list, a BPE tokenizer's ``state()`` string, or None for characters."""
+    if isinstance(tokenizer, MorphemeTokenizer):
+        return list(tokenizer.morphemes)
+    if isinstance(tokenizer, BPETokenizer):
+        return tokenizer.state()
+    return None

@@ -56,7 +56,7 @@ from .._checks import check_device, check_instance, check_positive_int
 from ..checkpoint import TRAINING_STATE_VERSION, atomic_save, restore_training, training_state
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.numbers import split_numbers
-from ..data.tokenize import MorphemeTokenizer
+from ..data.tokenize import tokenizer_inventory
 from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..precision import PRECISIONS, check_precision, grad_scaler
@@ -97,8 +97,7 @@ class NumberTranslator(Transformer):
 
     def extra_state(self) -> dict:
         """Everything besides the weights that a checkpoint needs (plain Python values)."""
-        morphemes = (list(self.tgt_tokenizer.morphemes)
-                     if isinstance(self.tgt_tokenizer, MorphemeTokenizer) else None)
+        morphemes = tokenizer_inventory(self.tgt_tokenizer)  # a BPE state: one str
         return dict(src_vocab=list(self.src_vocab.itos), tgt_vocab=list(self.tgt_vocab.itos),
                     lang=self.lang, scheme=self.scheme, morphemes=morphemes,
                     max_target_len=self.max_target_len)
@@ -112,6 +111,7 @@ def build_model(data: NumberWordsData, **overrides) -> NumberTranslator:
     config = {**MODEL_CONFIG, **overrides}
     longest = int((data.tensors["train"][1] != Vocab.pad_id).sum(1).max())
     return NumberTranslator(data.src_vocab, data.tgt_vocab, data.lang, data.scheme,
+                            tokenizer_inventory(data.tgt_tokenizer),
                             max_target_len=longest + 8, **config)
 
 
