@@ -629,3 +629,39 @@ def test_sandboxing_costs_little(attacked):
     """Not a timing test: a sanity bound on a batch with a 20 s flood and a 20 s
     timeout, graded two at a time."""
     assert attacked["seconds"] < 400
+
+
+def test_switching_the_watch_off_in_a_two_task_assignment(tmp_path):
+    """Assignment 7 (the schedule and a training step, one kernel): the guard switched
+    off and the library's references called, for both tasks."""
+    need_sandbox()
+    attack = GUARD_OFF.replace(
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return tl.scaled_dot_product_attention(q, k, v, mask)",
+        "def noam_lr(step, d_model, warmup):\n"
+        "    return tl.noam_lr(step, d_model, warmup)\n\n"
+        "def train_step(model, src, tgt, optimizer, scheduler, label_smoothing=0.0):\n"
+        "    return tl.train_step(model, src, tgt, optimizer, scheduler,\n"
+        "                         label_smoothing=label_smoothing)[0]",
+    )
+    assert attack != GUARD_OFF
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    write(
+        subs,
+        {
+            "alice/07_training.ipynb": instructor("07_training"),
+            "mallory/07_training.ipynb": student(attack, assignment="07_training"),
+        },
+    )
+    done, _ = run_cli(
+        ["grade", str(subs), "--assignment", "07_training", "--out", str(out)]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    alice, mallory = rows["alice"], rows["mallory"]
+    assert (alice["noam"], alice["train_step"], alice["flags"]) == ("1.000", "1.000", "")
+    assert (mallory["noam"], mallory["train_step"]) == ("0.000", "0.000")
+    assert "transformer_lib.training.noam_lr" in mallory["flags"]
+    assert "transformer_lib.training.train_step" in mallory["flags"]
+    assert grader_processes() == []
