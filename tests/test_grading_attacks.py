@@ -235,6 +235,23 @@ for _ in range(1600):  # 100 MB
 print("y" * (40 * 2**20))
 """
 
+# Fill the grader's disk through the private folder, the one place on disk a kernel
+# may write: files each below the limit of one file, 20 GB in all; then a million empty
+# files.
+DISK_FILLER = """
+block = b"x" * 2**20
+for n in range(200):
+    with open(f"fill{n}", "wb") as handle:
+        for _ in range(100):
+            handle.write(block)
+"""
+FILE_SPRAY = """
+import os
+os.makedirs("spray/deeper", exist_ok=True)
+for n in range(1_000_000):
+    open(f"spray/deeper/{n}", "w").close()
+"""
+
 # Fork until the process limit stops it (and keep the children alive).
 FORK_BOMB = """
 import os, time
@@ -322,6 +339,8 @@ def _attacks(subs: Path, out: Path, secret_file: Path, pwned: Path, port, unix):
         "killer": KILLER,
         "flood": FLOOD,
         "fork_bomb": FORK_BOMB,
+        "disk_filler": DISK_FILLER,
+        "file_spray": FILE_SPRAY,
         "outputs_swap": OUTPUTS_SWAP,
         "network": NETWORK,
     }
@@ -582,6 +601,14 @@ def test_a_flood_of_output_is_capped_and_costs_the_flooder_only(attacked):
 def test_a_fork_bomb_is_stopped_by_the_process_limit(attacked):
     assert _row(attacked, "fork_bomb")["attention"] == "0.000"
     assert attacked["left"] == []
+
+
+def test_filling_the_disk_is_stopped_and_costs_the_filler_only(attacked):
+    filler, spray = _row(attacked, "disk_filler"), _row(attacked, "file_spray")
+    assert filler["status"].startswith("stopped: it wrote more than 1024 MB")
+    assert spray["status"].startswith("stopped: it made more than 10000 files")
+    assert filler["attention"] == spray["attention"] == "0.000"
+    assert attacked["rows"]["bob"]["attention"] == "1.000"
 
 
 def test_the_outputs_file_is_never_followed_or_unpickled(attacked):

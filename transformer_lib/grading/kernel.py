@@ -10,6 +10,8 @@ as in nbgrader; two things are added for a kernel that may be hostile:
   status needs nothing else), a single message larger than ``MAX_MESSAGE_BYTES`` is
   dropped by ZeroMQ before it is read, and a kernel whose output passes
   ``Limits.output_mb`` is stopped: flooding costs its own student only;
+- **a cap on what it keeps on disk**: ``disk.watch`` stops a kernel whose private
+  folder grows past ``Limits.disk_mb`` or ``Limits.files``;
 - **no path of the kernel's followed**: the private folder is the kernel's to change, so
   the grader connects to the kernel's sockets only once they exist as sockets (before
   any of the notebook's code has run) and never reconnects, starts no heartbeat, writes
@@ -39,6 +41,8 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async
+
+from . import disk
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_RESULTS_BYTES = 256 * 2**20
@@ -262,6 +266,7 @@ async def run(
         # The inputs exist only from now on: the notebook's cells never saw them.
         _write_new(plan_path, plan, lambda fd: sandbox.hand_over(fd, slot))
 
+    limits, watcher = sandbox.limits, None
     with open(private / "kernel.log", "wb") as log:
         try:
             await client.async_start_new_kernel(
@@ -269,6 +274,11 @@ async def run(
                 stdout=log,
                 stderr=log,
                 pass_fds=() if fd is None else (fd,),
+            )
+            watcher = asyncio.create_task(
+                disk.watch(
+                    private, limits.disk_mb * 2**20, limits.files, km.provisioner.kill
+                )
             )
             if channel is not None:
                 channel.launched()
@@ -293,16 +303,30 @@ async def run(
         except Exception as error:
             status = f"error while grading: {type(error).__name__}: {str(error)[:150]}"
         finally:
+            overused = await _stop_watching(watcher)
             await _stop(client, km)
     if client.flooded:
         status = (
-            f"stopped: its output passed {sandbox.limits.output_mb} MB (the limit of"
+            f"stopped: its output passed {limits.output_mb} MB (the limit of"
             " one notebook)"
         )
+    if overused is not None:
+        status = f"stopped: it {overused} in its folder (the limit of one notebook)"
     if status.startswith(("timed out: still", "error while grading", "stopped")):
         return status, None, ""
     report, problem = _load_outputs(out_path, nonce)
     return status, report, problem
+
+
+async def _stop_watching(watcher) -> str | None:
+    """Cancel the disk watch; what it found over the limits, if it found anything."""
+    if watcher is None:
+        return None
+    watcher.cancel()  # nothing, if it has returned already
+    await asyncio.wait([watcher])  # (a cancelled watch raises nothing here)
+    if watcher.cancelled() or watcher.exception() is not None:
+        return None
+    return watcher.result()
 
 
 async def _stop(client, km) -> None:

@@ -22,7 +22,8 @@ nothing to steal and nothing to reach:
   IPython's and Jupyter's folders in the sandbox's ``/tmp``.
 - **limits** (``Limits``), set before the kernel starts (``runner/launch.py``): memory,
   processes and threads, CPU time, file size, open files; the size of ``/tmp``; and,
-  in the grader, how much output a kernel may send.
+  in the grader, how much output a kernel may send and how much its private folder may
+  hold on disk (``disk``).
 
 When the grader runs as root, the kernel must not: a process of root escapes the process
 limit and owns what it writes. Then an outer bubblewrap, as root, shows the same files
@@ -77,6 +78,8 @@ class Limits:
     open_files: int = 512  # open file descriptors (RLIMIT_NOFILE)
     tmp_mb: int = 256  # the sandbox's /tmp, in memory
     output_mb: int = 32  # output the grader accepts from it before stopping it
+    disk_mb: int = 1024  # what its private folder may hold on disk (``disk.watch``)
+    files: int = 10_000  # files and folders its private folder may hold
 
     def launch_arguments(self) -> list[str]:
         """The arguments of ``runner/launch.py`` that set the limits
