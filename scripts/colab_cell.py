@@ -18,18 +18,16 @@ import nbformat
 REPOSITORY = "https://github.com/tested-transformer/tested-transformer"
 REF = "main"
 
-SOURCE = f'''# Colab setup: in Google Colab, install transformer_lib (and the few packages Colab lacks).
-# Anywhere else (Jupyter, nbval, the HTML build) this cell does nothing.
+SOURCE = f'''# Colab setup: in Google Colab, install transformer_lib (and the few packages Colab
+# lacks). Anywhere else (Jupyter, nbval, the HTML build) this cell does nothing.
 import sys
 
 if "google.colab" in sys.modules:
     import subprocess
 
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q",
-         "transformer_lib[book] @ git+{REPOSITORY}@{REF}"],
-        check=True,
-    )'''
+    package_url = "git+{REPOSITORY}@{REF}"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    f"transformer_lib[book] @ {{package_url}}"], check=True)'''
 
 TAG = "remove-cell"
 MARKER = "# Colab setup:"
