@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from classroom import (
@@ -692,4 +693,46 @@ def test_switching_the_watch_off_in_a_two_task_assignment(tmp_path):
     assert (mallory["noam"], mallory["train_step"]) == ("0.000", "0.000")
     assert "transformer_lib.training.noam_lr" in mallory["flags"]
     assert "transformer_lib.training.train_step" in mallory["flags"]
+    assert grader_processes() == []
+
+
+# Keep every core busy until the kernel is stopped: 100 busy processes, each in a
+# session of its own (so that no scheduler groups them), and the kernel itself.
+CPU_HOG = """
+import subprocess, sys
+spin = [sys.executable, "-S", "-c", "while True: pass"]
+hogs = [subprocess.Popen(spin, start_new_session=True) for _ in range(100)]
+while True:
+    pass
+"""
+
+
+def test_a_neighbour_that_takes_every_core_cannot_time_a_classmate_out(tmp_path):
+    """Two kernels at once: the hog and an honest student whose notebook needs a few
+    seconds of CPU. Beside the hog it times out; it is graded again alone."""
+    need_sandbox()
+    honest = instructor()
+    honest.cells.append(  # about a second of honest work (alone), after the solution
+        nbformat.v4.new_code_cell(
+            "import time, torch\ntime.sleep(3)  # a pause: the hog is in full swing\n"
+            "x = torch.randn(1024, 1024)\n"
+            "for _ in range(100):\n    x = torch.tanh(x @ x.T / 1024)"
+        )
+    )
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    write(
+        subs,
+        {"hog/01_attention.ipynb": student(CPU_HOG), "zoe/01_attention.ipynb": honest},
+    )
+    done, _ = _grade(subs, out, "--timeout", "10", "--jobs", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert rows["zoe"]["status"] == "ok" and rows["zoe"]["attention"] == "1.000"
+    assert rows["zoe"]["flags"] == ""
+    assert rows["hog"]["status"].startswith("timed out")
+    assert rows["hog"]["attention"] == "0.000"
+    assert "hog (hog/01_attention.ipynb): timed out with other kernels running" in (
+        done.stderr + done.stdout
+    )
     assert grader_processes() == []

@@ -10,11 +10,13 @@ folder.
 
 Notebooks are graded ``jobs`` at a time. A kernel that crashes, hangs, kills itself or
 floods its output costs its own student only, and so does a notebook the grader cannot
-even run (its row says why). Each student's row is appended to ``NAME.partial.csv``
-beside the output as soon as all their notebooks are done, so an interrupted batch
-(Ctrl-C, SIGTERM, a crash of the machine) leaves the rows it finished; at the end the
-CSV is written atomically (a temporary file renamed over the target), the partial file
-is removed, and a summary is printed. On Ctrl-C or SIGTERM every kernel is stopped, the
+even run (its row says why). With ``jobs`` > 1, a notebook that times out is graded
+again at the end of the batch, alone (the machine to itself), before its row is
+written: a neighbour that keeps every core busy cannot make it time out. Each student's
+row is appended to ``NAME.partial.csv`` beside the output as soon as all their
+notebooks are done, so an interrupted batch (Ctrl-C, SIGTERM, a crash of the machine)
+leaves the rows it finished; at the end the CSV is written atomically (a temporary file
+renamed over the target), the partial file is removed, and a summary is printed. On Ctrl-C or SIGTERM every kernel is stopped, the
 summary says how far the batch got, and ``KeyboardInterrupt`` is raised.
 """
 
@@ -265,48 +267,74 @@ async def _grade_all(run: _Run, jobs: int):
         if not student.notebooks:
             student_done(student)
 
-    async def one(student, assignment):
+    async def attempt(student, assignment, slot) -> dict:
+        """Grade one notebook in kernel slot ``slot``; its outcome."""
         shown, source = student.notebooks[assignment]
         key = (student.name, assignment)
-        slot = await slots.get()
-        begun = time.monotonic()
+        if watching:
+            watching.started(key)
         try:
-            if watching:
-                watching.started(key)
-            try:
-                outcome = await grade_notebook(
-                    source,
-                    Path(shown).name,
-                    ASSIGNMENTS[assignment],
-                    sandbox=run.box,
-                    editions=run.editions,
-                    slot=slot,
-                    timeout=run.timeout,
-                    seed=run.seed,
-                    watched=[run.folder],
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # the grader's own failure: this notebook only
-                outcome = _failed(ASSIGNMENTS[assignment], error)
-            if stopped:  # a kernel stopped by the interruption did not crash
-                raise asyncio.CancelledError
-            if watching:
-                outcome["flags"] += watching.ended(key)
-            run.outcomes[key] = outcome
-        finally:
-            slots.put_nowait(slot)
-        if run.log:
-            run.log(
-                f"{student.name} ({shown}): {outcome['status']} "
-                f"[{time.monotonic() - begun:.1f} s]"
+            outcome = await grade_notebook(
+                source,
+                Path(shown).name,
+                ASSIGNMENTS[assignment],
+                sandbox=run.box,
+                editions=run.editions,
+                slot=slot,
+                timeout=run.timeout,
+                seed=run.seed,
+                watched=[run.folder],
             )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the grader's own failure: this notebook only
+            outcome = _failed(ASSIGNMENTS[assignment], error)
+        if stopped:  # a kernel stopped by the interruption did not crash
+            raise asyncio.CancelledError
+        if watching:
+            outcome["flags"] += watching.ended(key)
+        return outcome
+
+    again = []  # (student, assignment, seconds so far): timed out beside other kernels
+
+    def finished(student, assignment, outcome, seconds) -> None:
+        run.outcomes[(student.name, assignment)] = outcome
+        if run.log:
+            shown = student.notebooks[assignment][0]
+            run.log(f"{student.name} ({shown}): {outcome['status']} [{seconds:.1f} s]")
         left[student.name] -= 1
         if left[student.name] == 0:
             student_done(student)
 
+    async def one(student, assignment):
+        slot = await slots.get()
+        begun = time.monotonic()
+        try:
+            outcome = await attempt(student, assignment, slot)
+        finally:
+            slots.put_nowait(slot)
+        if jobs > 1 and outcome["status"].startswith("timed out"):
+            # A kernel beside it may have kept every core busy (a notebook may run
+            # many processes): time is judged with the machine to itself, at the end.
+            again.append((student, assignment, time.monotonic() - begun))
+        else:
+            finished(student, assignment, outcome, time.monotonic() - begun)
+
+    async def one_alone(student, assignment, seconds):
+        if run.log:
+            shown = student.notebooks[assignment][0]
+            run.log(
+                f"{student.name} ({shown}): timed out with other kernels running;"
+                " graded again alone"
+            )
+        begun = time.monotonic()
+        outcome = await attempt(student, assignment, 0)
+        finished(student, assignment, outcome, seconds + time.monotonic() - begun)
+
     try:
         await asyncio.gather(*(one(s, a) for s in run.students for a in s.notebooks))
+        for student, assignment, seconds in again:  # one at a time: all slots are free
+            await one_alone(student, assignment, seconds)
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
     finally:
