@@ -253,6 +253,16 @@ for n in range(1_000_000):
     open(f"spray/deeper/{n}", "w").close()
 """
 
+# More memory than one kernel may hold, in processes each far below the limit of one
+# process: 8 of 1 GB.
+MEMORY_BOMB = """
+import subprocess, sys
+hold = [sys.executable, "-S", "-c", "import time; held = b'x' * 2**30; time.sleep(600)"]
+holders = [subprocess.Popen(hold) for _ in range(8)]
+for holder in holders:
+    holder.wait()
+"""
+
 # Fork until the process limit stops it (and keep the children alive).
 FORK_BOMB = """
 import os, time
@@ -342,6 +352,7 @@ def _attacks(subs: Path, out: Path, secret_file: Path, pwned: Path, port, unix):
         "fork_bomb": FORK_BOMB,
         "disk_filler": DISK_FILLER,
         "file_spray": FILE_SPRAY,
+        "memory_bomb": MEMORY_BOMB,
         "outputs_swap": OUTPUTS_SWAP,
         "network": NETWORK,
     }
@@ -610,6 +621,13 @@ def test_filling_the_disk_is_stopped_and_costs_the_filler_only(attacked):
     assert spray["status"].startswith("stopped: it made more than 10000 files")
     assert filler["attention"] == spray["attention"] == "0.000"
     assert attacked["rows"]["bob"]["attention"] == "1.000"
+
+
+def test_memory_held_by_many_processes_is_stopped_and_costs_the_holder_only(attacked):
+    row = _row(attacked, "memory_bomb")
+    assert row["status"].startswith("stopped: its processes held more than 6144 MB")
+    assert row["attention"] == "0.000"
+    assert attacked["rows"]["alice"]["attention"] == "1.000"
 
 
 def test_the_outputs_file_is_never_followed_or_unpickled(attacked):

@@ -85,7 +85,7 @@ def test_the_watch_stops_the_kernel_once_the_folder_grows_too_big(tmp_path):
         _fill(tmp_path / "grows", 3)
         return await asyncio.wait_for(watching, timeout=10 * disk.PERIOD)
 
-    assert asyncio.run(scenario()) == "wrote more than 2 MB"
+    assert asyncio.run(scenario()) == "it wrote more than 2 MB in its folder"
     assert stopped == [True]
 
 

@@ -83,7 +83,10 @@ def main(argv=None) -> int:
         "--memory",
         type=_megabytes,
         default=Limits.memory_mb,
-        help=f"memory of each kernel process, in MB (default {Limits.memory_mb})",
+        help=(
+            f"memory of each kernel process, in MB (default {Limits.memory_mb}); all"
+            " the processes of one kernel together may hold 1.5 times that"
+        ),
     )
     grade.add_argument(
         "--no-sandbox",
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
             seed=args.seed,
             log=lambda line: print(line, file=sys.stderr),
             sandbox=not args.no_sandbox,
-            limits=Limits(memory_mb=args.memory),
+            limits=Limits(memory_mb=args.memory, total_memory_mb=args.memory * 3 // 2),
         )
     except ValueError as error:
         parser.error(str(error))

@@ -16,8 +16,9 @@ written: a neighbour that keeps every core busy cannot make it time out. Each st
 row is appended to ``NAME.partial.csv`` beside the output as soon as all their
 notebooks are done, so an interrupted batch (Ctrl-C, SIGTERM, a crash of the machine)
 leaves the rows it finished; at the end the CSV is written atomically (a temporary file
-renamed over the target), the partial file is removed, and a summary is printed. On Ctrl-C or SIGTERM every kernel is stopped, the
-summary says how far the batch got, and ``KeyboardInterrupt`` is raised.
+renamed over the target), the partial file is removed, and a summary is printed. On
+Ctrl-C or SIGTERM every kernel is stopped, the summary says how far the batch got, and
+``KeyboardInterrupt`` is raised.
 """
 
 from __future__ import annotations

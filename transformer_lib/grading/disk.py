@@ -59,11 +59,11 @@ def overuse(folder: Path, max_bytes: int, max_entries: int) -> str | None:
 
 async def watch(folder: Path, max_bytes: int, max_entries: int, stop) -> str:
     """Walk ``folder`` every ``PERIOD`` seconds until it goes over a limit; then await
-    ``stop()`` (which kills the kernel) and return what went over. Cancel it when the
+    ``stop()`` (which kills the kernel) and say what went over. Cancel it when the
     kernel is done."""
     while True:
         await asyncio.sleep(PERIOD)
         problem = await asyncio.to_thread(overuse, folder, max_bytes, max_entries)
         if problem is not None:
             await stop()
-            return problem
+            return f"it {problem} in its folder"

@@ -10,8 +10,10 @@ as in nbgrader; two things are added for a kernel that may be hostile:
   status needs nothing else), a single message larger than ``MAX_MESSAGE_BYTES`` is
   dropped by ZeroMQ before it is read, and a kernel whose output passes
   ``Limits.output_mb`` is stopped: flooding costs its own student only;
-- **a cap on what it keeps on disk**: ``disk.watch`` stops a kernel whose private
-  folder grows past ``Limits.disk_mb`` or ``Limits.files``;
+- **a cap on what it keeps on disk and in memory**: ``disk.watch`` stops a kernel
+  whose private folder grows past ``Limits.disk_mb`` or ``Limits.files``, and
+  ``memory.watch`` one whose processes together hold more than
+  ``Limits.total_memory_mb``;
 - **no path of the kernel's followed**: the private folder is the kernel's to change, so
   the grader connects to the kernel's sockets only once they exist as sockets (before
   any of the notebook's code has run) and never reconnects, starts no heartbeat, writes
@@ -42,7 +44,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionComplete, CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async
 
-from . import disk
+from . import disk, memory
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_RESULTS_BYTES = 256 * 2**20
@@ -266,7 +268,7 @@ async def run(
         # The inputs exist only from now on: the notebook's cells never saw them.
         _write_new(plan_path, plan, lambda fd: sandbox.hand_over(fd, slot))
 
-    limits, watcher = sandbox.limits, None
+    limits, watchers = sandbox.limits, []
     with open(private / "kernel.log", "wb") as log:
         try:
             await client.async_start_new_kernel(
@@ -275,11 +277,17 @@ async def run(
                 stderr=log,
                 pass_fds=() if fd is None else (fd,),
             )
-            watcher = asyncio.create_task(
-                disk.watch(
-                    private, limits.disk_mb * 2**20, limits.files, km.provisioner.kill
-                )
-            )
+            stop = km.provisioner.kill
+            watchers = [
+                asyncio.create_task(
+                    disk.watch(private, limits.disk_mb * 2**20, limits.files, stop)
+                ),
+                asyncio.create_task(
+                    memory.watch(
+                        km.provisioner.pid, limits.total_memory_mb * 2**20, stop
+                    )
+                ),
+            ]
             if channel is not None:
                 channel.launched()
             try:
@@ -303,7 +311,7 @@ async def run(
         except Exception as error:
             status = f"error while grading: {type(error).__name__}: {str(error)[:150]}"
         finally:
-            overused = await _stop_watching(watcher)
+            overused = await _stop_watching(watchers)
             await _stop(client, km)
     if client.flooded:
         status = (
@@ -311,22 +319,23 @@ async def run(
             " one notebook)"
         )
     if overused is not None:
-        status = f"stopped: it {overused} in its folder (the limit of one notebook)"
+        status = f"stopped: {overused} (the limit of one notebook)"
     if status.startswith(("timed out: still", "error while grading", "stopped")):
         return status, None, ""
     report, problem = _load_outputs(out_path, nonce)
     return status, report, problem
 
 
-async def _stop_watching(watcher) -> str | None:
-    """Cancel the disk watch; what it found over the limits, if it found anything."""
-    if watcher is None:
-        return None
-    watcher.cancel()  # nothing, if it has returned already
-    await asyncio.wait([watcher])  # (a cancelled watch raises nothing here)
-    if watcher.cancelled() or watcher.exception() is not None:
-        return None
-    return watcher.result()
+async def _stop_watching(watchers) -> str | None:
+    """Cancel the watches; what the first one to stop the kernel found, if any."""
+    for watcher in watchers:
+        watcher.cancel()  # nothing, if it has returned already
+    if watchers:
+        await asyncio.wait(watchers)  # (a cancelled watch raises nothing here)
+    for watcher in watchers:
+        if not watcher.cancelled() and watcher.exception() is None:
+            return watcher.result()
+    return None
 
 
 async def _stop(client, km) -> None:

@@ -22,8 +22,9 @@ nothing to steal and nothing to reach:
   IPython's and Jupyter's folders in the sandbox's ``/tmp``.
 - **limits** (``Limits``), set before the kernel starts (``runner/launch.py``): memory,
   processes and threads, CPU time, file size, open files; the size of ``/tmp``; and,
-  in the grader, how much output a kernel may send and how much its private folder may
-  hold on disk (``disk``).
+  in the grader, how much output a kernel may send, how much its private folder may
+  hold on disk (``disk``) and how much memory all its processes may hold together
+  (``memory``; each kernel process is also the out-of-memory killer's first choice).
 
 When the grader runs as root, the kernel must not: a process of root escapes the process
 limit and owns what it writes. Then an outer bubblewrap, as root, shows the same files
@@ -80,6 +81,7 @@ class Limits:
     output_mb: int = 32  # output the grader accepts from it before stopping it
     disk_mb: int = 1024  # what its private folder may hold on disk (``disk.watch``)
     files: int = 10_000  # files and folders its private folder may hold
+    total_memory_mb: int = 6144  # all its processes together (``memory``): 1.5 x
 
     def launch_arguments(self) -> list[str]:
         """The arguments of ``runner/launch.py`` that set the limits
