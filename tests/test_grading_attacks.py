@@ -617,8 +617,8 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit(attacked):
 
 def test_filling_the_disk_is_stopped_and_costs_the_filler_only(attacked):
     filler, spray = _row(attacked, "disk_filler"), _row(attacked, "file_spray")
-    assert filler["status"].startswith("stopped: it wrote more than 1024 MB")
-    assert spray["status"].startswith("stopped: it made more than 10000 files")
+    assert filler["status"].startswith("stopped: its folder held more than 1024 MB")
+    assert spray["status"].startswith("stopped: its folder held more than 10000 files")
     assert filler["attention"] == spray["attention"] == "0.000"
     assert attacked["rows"]["bob"]["attention"] == "1.000"
 

@@ -24,7 +24,7 @@ def test_files_in_nested_folders_are_counted(tmp_path):
     _fill(tmp_path / "a" / "b" / "c" / "big", 3)
     _fill(tmp_path / "small", 1)
     assert disk.overuse(tmp_path, 5 * MB, 100) is None
-    assert disk.overuse(tmp_path, 3 * MB, 100) == "wrote more than 3 MB"
+    assert disk.overuse(tmp_path, 3 * MB, 100) == "more than 3 MB of files"
 
 
 def test_every_file_and_folder_counts_as_an_entry(tmp_path):
@@ -32,7 +32,7 @@ def test_every_file_and_folder_counts_as_an_entry(tmp_path):
         (tmp_path / "spray").mkdir(exist_ok=True)
         (tmp_path / "spray" / str(n)).touch()
     assert disk.overuse(tmp_path, 100 * MB, 7) is None  # 6 files and their folder
-    assert disk.overuse(tmp_path, 100 * MB, 6) == "made more than 6 files and folders"
+    assert disk.overuse(tmp_path, 100 * MB, 6) == "more than 6 files and folders"
 
 
 def test_links_are_never_followed(tmp_path):
@@ -69,7 +69,7 @@ def test_a_folder_that_cannot_be_read_stops_the_kernel(tmp_path, monkeypatch):
         found = disk.overuse(tmp_path, 100 * MB, 100)
     finally:
         (tmp_path / "hidden").chmod(0o700)
-    assert found == "made a folder the grader may not read"
+    assert found == "a folder the grader may not read"
 
 
 def test_the_watch_stops_the_kernel_once_the_folder_grows_too_big(tmp_path):
@@ -85,7 +85,7 @@ def test_the_watch_stops_the_kernel_once_the_folder_grows_too_big(tmp_path):
         _fill(tmp_path / "grows", 3)
         return await asyncio.wait_for(watching, timeout=10 * disk.PERIOD)
 
-    assert asyncio.run(scenario()) == "it wrote more than 2 MB in its folder"
+    assert asyncio.run(scenario()) == "its folder held more than 2 MB of files"
     assert stopped == [True]
 
 
@@ -94,3 +94,16 @@ def test_the_limits_are_bounds_not_hints(tmp_path, limit):
     (tmp_path / "one").touch()
     found = disk.overuse(tmp_path, 100 * MB, limit)
     assert (found is None) == (limit == 1)
+
+
+def test_a_private_folder_is_removed_whatever_modes_the_kernel_left(tmp_path):
+    private = tmp_path / "private"
+    _fill(private / "work" / "locked" / "deeper" / "f", 1)
+    outside = tmp_path / "outside"
+    _fill(outside / "kept", 1)
+    (private / "work" / "to-outside").symlink_to(outside)
+    (private / "work" / "locked" / "deeper").chmod(0)
+    (private / "work" / "locked").chmod(0)
+    disk.remove(private)
+    assert not private.exists()
+    assert (outside / "kept").exists()  # a link is removed, never followed

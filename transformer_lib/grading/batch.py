@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import disk as _disk
 from . import edition as _edition
 from . import watch
 from .collect import collect
@@ -196,9 +197,7 @@ def grade_folder(
 
 
 def _remove(root: Path) -> None:
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
+    _disk.remove(root)
 
 
 class _Editions:

@@ -25,10 +25,9 @@ import asyncio
 import copy
 import os
 import secrets
-import shutil
 from pathlib import Path
 
-from . import audit, kernel, static
+from . import audit, disk, kernel, static
 from .edition import library_bans
 from .tasks import TASKS
 from .verdict import judge_source, judge_task, plan_item
@@ -162,7 +161,7 @@ async def _grade_group(
             lines, early = await asyncio.to_thread(channel.finish)
             found, touched = audit.findings(lines, watched, str(private))
     finally:
-        shutil.rmtree(private, ignore_errors=True)
+        disk.remove(private)
     flags = [f"results: {problem}"] if "nonce" in problem else []
     flags += [f"while it ran, the notebook {f}" for f in found]
     if early:
