@@ -160,6 +160,10 @@ import json, os, resource, socket
 seen = {"uid": os.getuid(), "home": sorted(os.listdir(os.environ["HOME"]))}
 seen["repo"] = os.path.exists("@REPO@/assignments/instructor")
 seen["library"] = __import__("transformer_lib").__file__
+try:  # Hugging Face's models: references for every task, hidden
+    seen["marian"] = hasattr(__import__("transformers"), "MarianMTModel")
+except ImportError:
+    seen["marian"] = False
 seen["env"] = sorted(os.environ)
 seen["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 seen["limits"] = {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n))[0]
@@ -213,6 +217,7 @@ def test_a_sandboxed_python_sees_nothing_of_the_graders(tmp_path, monkeypatch):
     assert seen["uid"] == 1000 and seen["home"] == []
     assert seen["repo"] is False and "wrote" not in seen
     assert seen["library"].startswith("/sandbox/library/")
+    assert seen["marian"] is False
     assert "TT_TEST_SECRET" not in seen["env"]
     assert max(seen["pids"]) < 10  # its own PID namespace: a handful of processes
     assert seen["network"] is False

@@ -5,8 +5,9 @@ student's code can switch any watch off. So each kernel runs in a sandbox where 
 nothing to steal and nothing to reach:
 
 - **what it sees**, read-only: the system's libraries (``/usr``), the interpreter and
-  the virtualenv, and the *student edition* of the library (``grading.edition``), shown
-  also in place of the installed library; writable: one private folder of its own (the
+  the virtualenv (less ``HIDDEN_PACKAGES``: Hugging Face's ``transformers``), and the
+  *student edition* of the library (``grading.edition``), shown also in place of the
+  installed library; writable: one private folder of its own (the
   kernel's working folder, its sockets, the grader's plan and its outputs) and a small
   ``/tmp`` in memory. No other submission, no instructor notebook, no file of the
   grader's, no home folder.
@@ -55,6 +56,10 @@ SANDBOX_UID = 1000
 # When the grader is root: the unprivileged users kernels run as (slot k: BASE_UID + k).
 BASE_UID = 1_900_000_000
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Packages of the virtualenv that a kernel does not see (an empty folder in their place):
+# Hugging Face's models hold ready-made attention, encoder layers, losses and greedy
+# generation, a reference for every task, and no assignment needs them.
+HIDDEN_PACKAGES = ("transformers",)
 _ETC = (
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
@@ -100,6 +105,22 @@ def _passwd() -> tuple[str, str]:
     user = f"student:x:{SANDBOX_UID}:{SANDBOX_UID}:student:{HOME}:/usr/sbin/nologin\n"
     group = f"student:x:{SANDBOX_UID}:\n"
     return user, group
+
+
+def _hidden_folders() -> list[str]:
+    """Where the ``HIDDEN_PACKAGES`` are installed (found, not imported)."""
+    import importlib.util
+
+    found = []
+    for name in HIDDEN_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for folder in getattr(spec, "submodule_search_locations", None) or []:
+            if os.path.isdir(folder):
+                found.append(os.path.realpath(folder))
+    return found
 
 
 def _installed_library() -> Path:
@@ -332,6 +353,8 @@ class Sandbox:
                 view += ["--ro-bind", path, path]
         for tree in _python_trees():
             view += ["--ro-bind", tree, tree]
+        for folder in _hidden_folders():  # an empty folder, read-only, in its place
+            view += ["--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
         view += ["--ro-bind", str(edition), LIBRARY]
         installed = _installed_library()
         if any(
