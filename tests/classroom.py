@@ -96,6 +96,20 @@ def grader_processes() -> list[str]:
     return processes("tt-grade-")
 
 
+def grade_args(folder, out, *options, assignment: str = "01_attention") -> list[str]:
+    """The arguments of ``python -m transformer_lib.grading`` that grade ``folder`` on
+    ``assignment`` into ``out``, then ``options``."""
+    return [
+        "grade",
+        str(folder),
+        "--assignment",
+        assignment,
+        "--out",
+        str(out),
+        *options,
+    ]
+
+
 def run_cli(args: list[str], env: dict | None = None, timeout: float = 600):
     """``python -m transformer_lib.grading ARGS`` in a child process; returns the
     completed process (``returncode``, ``stdout``, ``stderr``) and the grader's own peak

@@ -31,6 +31,7 @@ from classroom import (
     LIBRARY,
     ROOT,
     buggy,
+    grade_args,
     grader_processes,
     instructor,
     need_sandbox,
@@ -404,17 +405,7 @@ class _Listener:
 def _grade(subs, out, *options, env=None):
     """The command line on the class in ``subs``, with the same inputs every time."""
     return run_cli(
-        [
-            "grade",
-            str(subs),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(out),
-            "--seed",
-            SEED,
-            *options,
-        ],
+        grade_args(subs, out, "--seed", SEED, *options),
         env=env,
     )
 
@@ -699,9 +690,7 @@ def test_switching_the_watch_off_in_a_two_task_assignment(tmp_path):
             "mallory/07_training.ipynb": student(attack, assignment="07_training"),
         },
     )
-    done, _ = run_cli(
-        ["grade", str(subs), "--assignment", "07_training", "--out", str(out)]
-    )
+    done, _ = run_cli(grade_args(subs, out, assignment="07_training"))
     assert done.returncode == 0, done.stderr[-2000:]
     with open(out, newline="", encoding="utf-8") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}

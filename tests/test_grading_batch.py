@@ -25,6 +25,7 @@ from classroom import (
     INSTRUCTOR,
     ROOT,
     STUDENT,
+    grade_args,
     grader_processes,
     instructor,
     need_sandbox,
@@ -332,16 +333,7 @@ def _fails(argv, capsys) -> str:
 @pytest.mark.parametrize("timeout", ["-5", "0", "abc", "nan", "inf"])
 def test_a_bad_timeout_is_refused(timeout, one_notebook, tmp_path, capsys, no_kernels):
     err = _fails(
-        [
-            "grade",
-            str(one_notebook),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(tmp_path / "g.csv"),
-            "--timeout",
-            timeout,
-        ],
+        grade_args(one_notebook, tmp_path / "g.csv", "--timeout", timeout),
         capsys,
     )
     assert "timeout must be a number of seconds > 0" in err and repr(timeout) in err
@@ -349,16 +341,7 @@ def test_a_bad_timeout_is_refused(timeout, one_notebook, tmp_path, capsys, no_ke
 
 def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
     err = _fails(
-        [
-            "grade",
-            str(one_notebook),
-            "--assignment",
-            "01_attention",
-            "--jobs",
-            "0",
-            "--out",
-            str(tmp_path / "g.csv"),
-        ],
+        grade_args(one_notebook, tmp_path / "g.csv", "--jobs", "0"),
         capsys,
     )
     assert "jobs must be an int >= 1" in err
@@ -367,14 +350,7 @@ def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
 def test_an_empty_folder_is_an_error(tmp_path, capsys, no_kernels):
     (tmp_path / "empty").mkdir()
     err = _fails(
-        [
-            "grade",
-            str(tmp_path / "empty"),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(tmp_path / "g.csv"),
-        ],
+        grade_args(tmp_path / "empty", tmp_path / "g.csv"),
         capsys,
     )
     assert "no notebooks to grade" in err
@@ -385,14 +361,7 @@ def test_a_missing_folder_and_an_unnamed_assignment_are_errors(
     one_notebook, tmp_path, capsys, no_kernels
 ):
     err = _fails(
-        [
-            "grade",
-            str(tmp_path / "nope"),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(tmp_path / "g.csv"),
-        ],
+        grade_args(tmp_path / "nope", tmp_path / "g.csv"),
         capsys,
     )
     assert "does not exist" in err
@@ -412,7 +381,7 @@ def test_a_bad_out_is_refused_before_grading(
         "under-a-file": one_notebook / "alice.ipynb" / "g.csv",
     }[where]
     err = _fails(
-        ["grade", str(one_notebook), "--assignment", "01_attention", "--out", str(out)],
+        grade_args(one_notebook, out),
         capsys,
     )
     assert "--out" in err
@@ -429,14 +398,7 @@ def test_an_unwritable_out_folder_is_refused(
     locked.chmod(0o500)
     try:
         err = _fails(
-            [
-                "grade",
-                str(one_notebook),
-                "--assignment",
-                "01_attention",
-                "--out",
-                str(locked / "g.csv"),
-            ],
+            grade_args(one_notebook, locked / "g.csv"),
             capsys,
         )
     finally:
@@ -527,19 +489,8 @@ def test_an_interrupted_batch_leaves_its_finished_rows_and_no_kernel(tmp_path):
         },
     )
     child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transformer_lib.grading",
-            "grade",
-            str(subs),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(out),
-            "--timeout",
-            "300",
-        ],
+        [sys.executable, "-m", "transformer_lib.grading"]
+        + grade_args(subs, out, "--timeout", "300"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -579,15 +530,7 @@ def test_without_a_sandbox_every_row_says_so_and_honest_work_is_not_flagged(
         {"alice.ipynb": instructor(), "dave.ipynb": _student_notebook()},
     )
     done, _ = run_cli(
-        [
-            "grade",
-            str(subs),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(out),
-            "--no-sandbox",
-        ],
+        grade_args(subs, out, "--no-sandbox"),
         env=dict(os.environ, HOME=str(home)),
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -611,14 +554,7 @@ def test_no_sandbox_is_refused_unless_asked_for(
     with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
         batch.grade_folder(one_notebook, None, assignments=["01_attention"])
     err = _fails(
-        [
-            "grade",
-            str(one_notebook),
-            "--assignment",
-            "01_attention",
-            "--out",
-            str(tmp_path / "g.csv"),
-        ],
+        grade_args(one_notebook, tmp_path / "g.csv"),
         capsys,
     )
     assert "no sandbox can run here" in err and "--no-sandbox" in err
