@@ -11,6 +11,7 @@ import os
 import pytest
 
 from transformer_lib.grading import disk
+from transformer_lib.grading.kernel import WATCH_PERIOD, watch
 
 MB = 2**20
 
@@ -24,7 +25,9 @@ def test_files_in_nested_folders_are_counted(tmp_path):
     _fill(tmp_path / "a" / "b" / "c" / "big", 3)
     _fill(tmp_path / "small", 1)
     assert disk.overuse(tmp_path, 5 * MB, 100) is None
-    assert disk.overuse(tmp_path, 3 * MB, 100) == "more than 3 MB of files"
+    assert (
+        disk.overuse(tmp_path, 3 * MB, 100) == "its folder held more than 3 MB of files"
+    )
 
 
 def test_every_file_and_folder_counts_as_an_entry(tmp_path):
@@ -32,7 +35,10 @@ def test_every_file_and_folder_counts_as_an_entry(tmp_path):
         (tmp_path / "spray").mkdir(exist_ok=True)
         (tmp_path / "spray" / str(n)).touch()
     assert disk.overuse(tmp_path, 100 * MB, 7) is None  # 6 files and their folder
-    assert disk.overuse(tmp_path, 100 * MB, 6) == "more than 6 files and folders"
+    assert (
+        disk.overuse(tmp_path, 100 * MB, 6)
+        == "its folder held more than 6 files and folders"
+    )
 
 
 def test_links_are_never_followed(tmp_path):
@@ -69,7 +75,7 @@ def test_a_folder_that_cannot_be_read_stops_the_kernel(tmp_path, monkeypatch):
         found = disk.overuse(tmp_path, 100 * MB, 100)
     finally:
         (tmp_path / "hidden").chmod(0o700)
-    assert found == "a folder the grader may not read"
+    assert found == "its folder held a folder the grader may not read"
 
 
 def test_the_watch_stops_the_kernel_once_the_folder_grows_too_big(tmp_path):
@@ -79,11 +85,13 @@ def test_the_watch_stops_the_kernel_once_the_folder_grows_too_big(tmp_path):
         stopped.append(True)
 
     async def scenario():
-        watching = asyncio.create_task(disk.watch(tmp_path, 2 * MB, 100, stop))
-        await asyncio.sleep(3 * disk.PERIOD)
+        watching = asyncio.create_task(
+            watch(lambda: disk.overuse(tmp_path, 2 * MB, 100), stop)
+        )
+        await asyncio.sleep(3 * WATCH_PERIOD)
         assert not watching.done() and stopped == []  # an empty folder: still watching
         _fill(tmp_path / "grows", 3)
-        return await asyncio.wait_for(watching, timeout=10 * disk.PERIOD)
+        return await asyncio.wait_for(watching, timeout=10 * WATCH_PERIOD)
 
     assert asyncio.run(scenario()) == "its folder held more than 2 MB of files"
     assert stopped == [True]

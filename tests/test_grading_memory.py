@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from transformer_lib.grading import memory
+from transformer_lib.grading.kernel import WATCH_PERIOD, watch
 
 MB = 2**20
 LAUNCH = Path(memory.__file__).parent / "runner" / "launch.py"
@@ -95,9 +96,9 @@ def test_the_watch_stops_the_kernel_past_the_limit():
         stopped.append(True)
 
     async def scenario(root, limit):
-        watching = asyncio.create_task(memory.watch(root, limit, stop))
+        watching = asyncio.create_task(watch(lambda: memory.overuse(root, limit), stop))
         try:
-            return await asyncio.wait_for(watching, timeout=8 * memory.PERIOD)
+            return await asyncio.wait_for(watching, timeout=8 * WATCH_PERIOD)
         except asyncio.TimeoutError:
             return None
 

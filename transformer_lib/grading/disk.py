@@ -3,10 +3,11 @@
 A sandboxed kernel writes to disk in one place: its private folder (its ``/tmp`` is in
 memory and bounded). ``RLIMIT_FSIZE`` holds each file to ``Limits.file_mb``, but not the
 number of files, so without a watch one notebook could fill the grader's disk before its
-timeout, and the batch (its CSV included) would fail with it. ``watch`` adds up the
-private folder a few times a second and stops the kernel once the folder holds more than
-``Limits.disk_mb`` or more than ``Limits.files`` entries: filling the disk costs its own
-student only. An honest notebook writes a few small files there.
+timeout, and the batch (its CSV included) would fail with it. ``overuse`` adds up the
+private folder (``kernel.watch`` asks a few times a second), and the kernel is stopped
+once the folder holds more than ``Limits.disk_mb`` or more than ``Limits.files``
+entries: filling the disk costs its own student only. An honest notebook writes a few
+small files there.
 
 The walk never follows a link (a link counts as one entry, not as what it points to) and
 counts the blocks a file really uses (a sparse file costs what it stores). A folder the
@@ -16,13 +17,10 @@ kernel too: what cannot be measured is not allowed.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import stat
 from pathlib import Path
-
-PERIOD = 0.25  # seconds between two walks
 
 
 def overuse(folder: Path, max_bytes: int, max_entries: int) -> str | None:
@@ -35,7 +33,7 @@ def overuse(folder: Path, max_bytes: int, max_entries: int) -> str | None:
         try:  # a folder swapped for a link since it was seen is not entered
             fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except PermissionError:
-            return "a folder the grader may not read"
+            return "its folder held a folder the grader may not read"
         except OSError:  # gone, or no longer a folder, since it was seen
             continue
         try:
@@ -43,31 +41,21 @@ def overuse(folder: Path, max_bytes: int, max_entries: int) -> str | None:
                 for entry in listing:
                     entries += 1
                     if entries > max_entries:
-                        return f"more than {max_entries} files and folders"
+                        return (
+                            f"its folder held more than {max_entries} files and folders"
+                        )
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except OSError:  # removed while we looked
                         continue
                     used += info.st_blocks * 512  # what it really takes on disk
                     if used > max_bytes:
-                        return f"more than {max_bytes // 2**20} MB of files"
+                        return f"its folder held more than {max_bytes // 2**20} MB of files"
                     if stat.S_ISDIR(info.st_mode):
                         pending.append(os.path.join(current, entry.name))
         finally:
             os.close(fd)
     return None
-
-
-async def watch(folder: Path, max_bytes: int, max_entries: int, stop) -> str:
-    """Walk ``folder`` every ``PERIOD`` seconds until it goes over a limit; then await
-    ``stop()`` (which kills the kernel) and say what went over. Cancel it when the
-    kernel is done."""
-    while True:
-        await asyncio.sleep(PERIOD)
-        problem = await asyncio.to_thread(overuse, folder, max_bytes, max_entries)
-        if problem is not None:
-            await stop()
-            return f"its folder held {problem}"
 
 
 def remove(folder: Path) -> None:

@@ -10,10 +10,10 @@ as in nbgrader; two things are added for a kernel that may be hostile:
   status needs nothing else), a single message larger than ``MAX_MESSAGE_BYTES`` is
   dropped by ZeroMQ before it is read, and a kernel whose output passes
   ``Limits.output_mb`` is stopped: flooding costs its own student only;
-- **a cap on what it keeps on disk and in memory**: ``disk.watch`` stops a kernel
-  whose private folder grows past ``Limits.disk_mb`` or ``Limits.files``, and
-  ``memory.watch`` one whose processes together hold more than
-  ``Limits.total_memory_mb``;
+- **a cap on what it keeps on disk and in memory**: ``watch`` asks ``disk.overuse`` and
+  ``memory.overuse`` a few times a second, and stops a kernel whose private folder grows
+  past ``Limits.disk_mb`` or ``Limits.files``, or whose processes together hold more
+  than ``Limits.total_memory_mb``;
 - **no path of the kernel's followed**: the private folder is the kernel's to change, so
   the grader connects to the kernel's sockets only once they exist as sockets (before
   any of the notebook's code has run) and never reconnects, starts no heartbeat, writes
@@ -48,6 +48,7 @@ from . import disk, memory
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_RESULTS_BYTES = 256 * 2**20
+WATCH_PERIOD = 0.25  # seconds between two looks at a kernel's disk and memory
 _KEPT_ERROR_CHARS = 4000
 
 _BOOTSTRAP = (
@@ -277,16 +278,13 @@ async def run(
                 stderr=log,
                 pass_fds=() if fd is None else (fd,),
             )
-            stop = km.provisioner.kill
+            stop, pid = km.provisioner.kill, km.provisioner.pid
             watchers = [
-                asyncio.create_task(
-                    disk.watch(private, limits.disk_mb * 2**20, limits.files, stop)
-                ),
-                asyncio.create_task(
-                    memory.watch(
-                        km.provisioner.pid, limits.total_memory_mb * 2**20, stop
-                    )
-                ),
+                asyncio.create_task(watch(look, stop))
+                for look in (
+                    lambda: disk.overuse(private, limits.disk_mb * 2**20, limits.files),
+                    lambda: memory.overuse(pid, limits.total_memory_mb * 2**20),
+                )
             ]
             if channel is not None:
                 channel.launched()
@@ -324,6 +322,18 @@ async def run(
         return status, None, ""
     report, problem = _load_outputs(out_path, nonce)
     return status, report, problem
+
+
+async def watch(look, stop, period: float = WATCH_PERIOD) -> str:
+    """Every ``period`` seconds, ask ``look()`` (in a thread: it reads files) whether the
+    kernel went over a limit; once it says what, await ``stop()`` (which kills the
+    kernel) and return that. Cancel it when the kernel is done."""
+    while True:
+        await asyncio.sleep(period)
+        problem = await asyncio.to_thread(look)
+        if problem is not None:
+            await stop()
+            return problem
 
 
 async def _stop_watching(watchers) -> str | None:

@@ -8,10 +8,10 @@ could then end a classmate's kernel or the grader. Two defences:
 - every kernel process asks to be the OOM killer's first choice (``oom_score_adj``
   1000, set by ``runner/launch.py`` before the student's code runs; raising it needs no
   privilege, lowering it back does), so the grader is never picked before a kernel;
-- ``watch`` adds up the memory of all the kernel's processes (the descendants of the
+- ``overuse`` adds up the memory of all the kernel's processes (the descendants of the
   process the grader started; a process that detaches is adopted by the sandbox's
-  first process, itself a descendant) a few times a second, and stops the kernel once
-  the sum passes ``Limits.total_memory_mb``.
+  first process, itself a descendant; ``kernel.watch`` asks a few times a second), and
+  the kernel is stopped once the sum passes ``Limits.total_memory_mb``.
 
 Memory is counted as the proportional set size (PSS, from ``/proc/PID/smaps_rollup``):
 a page shared by n processes counts 1/n in each, so the copies of the kernel that a
@@ -21,10 +21,8 @@ process's PSS cannot be read, its resident size is used instead.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
-PERIOD = 0.25  # seconds between two looks
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -79,12 +77,9 @@ def used(root: int) -> int:
     return sum(_process_bytes(pid) for pid in descendants(root))
 
 
-async def watch(root: int, max_bytes: int, stop) -> str:
-    """Look at the processes under ``root`` every ``PERIOD`` seconds until together
-    they hold more than ``max_bytes``; then await ``stop()`` (which kills the kernel)
-    and say so. Cancel it when the kernel is done."""
-    while True:
-        await asyncio.sleep(PERIOD)
-        if await asyncio.to_thread(used, root) > max_bytes:
-            await stop()
-            return f"its processes held more than {max_bytes // 2**20} MB of memory"
+def overuse(root: int, max_bytes: int) -> str | None:
+    """None while ``root`` and its descendants hold at most ``max_bytes`` together;
+    else what went over."""
+    if used(root) > max_bytes:
+        return f"its processes held more than {max_bytes // 2**20} MB of memory"
+    return None
