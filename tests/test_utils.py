@@ -42,13 +42,21 @@ def test_set_seed_makes_model_initialisation_repeatable(restore_determinism):
     assert torch.equal(a, b)
 
 
-def test_set_seed_enables_deterministic_algorithms(restore_determinism):
+def test_set_seed_is_deterministic_by_default_only_where_it_is_free(restore_determinism):
+    # None (the default): deterministic on a CPU-only machine, PyTorch's fast kernels with CUDA
     torch.use_deterministic_algorithms(False)
     tl.set_seed(0)
-    assert torch.are_deterministic_algorithms_enabled()
+    assert torch.are_deterministic_algorithms_enabled() == (not torch.cuda.is_available())
     torch.use_deterministic_algorithms(False)
+    tl.set_seed(0, deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
     tl.set_seed(0, deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_set_seed_rejects_a_non_bool_deterministic():
+    with pytest.raises(TypeError, match="deterministic"):
+        tl.set_seed(0, deterministic="yes")
 
 
 def test_get_device_returns_a_usable_device():

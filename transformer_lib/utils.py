@@ -12,22 +12,30 @@ import torch
 from ._checks import check_bool, check_instance, check_int
 
 
-def set_seed(seed: int = 0, deterministic: bool = True) -> None:
-    """Seed Python, NumPy and PyTorch; optionally ask PyTorch for deterministic algorithms.
+def set_seed(seed: int = 0, deterministic: bool | None = None) -> None:
+    """Seed Python, NumPy and PyTorch, and choose whether PyTorch must use deterministic algorithms.
 
-    ``deterministic=True`` calls ``torch.use_deterministic_algorithms(True, warn_only=True)`` and sets
-    ``CUBLAS_WORKSPACE_CONFIG`` (needed for deterministic cuBLAS on GPUs) if it is not set yet.
+    - ``deterministic=None`` (the default): deterministic where it is free, on the CPU; on a machine
+      with a CUDA device PyTorch may pick its fastest kernels (deterministic cuBLAS makes every
+      matrix product several times dearer on the host).
+    - ``True``: deterministic everywhere (``torch.use_deterministic_algorithms(True,
+      warn_only=True)``, and ``CUBLAS_WORKSPACE_CONFIG`` set for cuBLAS if it is not set yet).
+      Bit-exact runs on a GPU need this.
+    - ``False``: PyTorch's defaults.
     """
     check_int("seed", seed, 0, 2**32 - 1)  # NumPy's range
-    check_bool("deterministic", deterministic)
+    if deterministic is not None:
+        check_bool("deterministic", deterministic)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-    if deterministic:
+    if deterministic is None:
+        deterministic = not torch.cuda.is_available()
+    elif deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
 
 
 def count_parameters(module: torch.nn.Module) -> int:
