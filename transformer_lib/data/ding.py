@@ -57,7 +57,7 @@ _ANNOTATION = re.compile(rf"\{{{_INSIDE}\}}|\[{_INSIDE}\]|<{_INSIDE}>|\({_INSIDE
 # An abbreviation between slashes after a space: "Minute {f} /Min./" (but not "Dyn/cm2").
 _ABBREVIATION = re.compile(r" /(?![\s/])[^/\n\x01\x02]*?[^\s/]/(?!\S)")
 # A spaced slash and the word after it: "festgehalten / verewigt" -> "festgehalten".
-_SPACED_SLASH = re.compile(r" / +[^\s/]*")
+_SPACED_SLASH = re.compile(r" / +[^\s/]*?(?=[.,!?]*(?: |$))")
 # Slash alternatives inside a word: "er/sie", "sb./sth.", "meine/r/s."
 _ALTERNATIVES = re.compile(r"(?<!\S)([^\s/]+)((?:/[^\s/]+)+)")
 _STRAY_BRACKET = re.compile(r"[{}\[\]<>]")
