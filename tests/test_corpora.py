@@ -7,6 +7,7 @@ skip where it is not installed (and fail under CI's TT_REQUIRE_ALL=1).
 from __future__ import annotations
 
 import gzip
+import json
 import os
 
 import pytest
@@ -152,6 +153,9 @@ def test_load_ding_sentences_and_phrases(ding_file):
     assert corpus.info["sentence_pairs"] == 4
     assert (corpus.name, corpus.src_lang, corpus.tgt_lang) == ("ding", "de", "en")
     assert load_ding(ding_file).extra_train == []            # phrases only when asked
+    json.dumps(corpus.info)  # plain data: a checkpoint or a results file can keep it
+    assert corpus.summary().startswith("ding (test 2099-12-31) de->en: train ")
+    assert load_corpus("ding", path=ding_file).train == load_ding(ding_file).train
 
 
 def test_load_ding_phrases_never_repeat_a_held_out_source(ding_file):
@@ -314,6 +318,8 @@ def test_load_tsv_columns(tmp_path):
     assert (flipped.src_lang, flipped.tgt_lang) == ("de", "en")
     attribution = load_tsv(path, src_col=0, tgt_col=2)
     assert attribution.info["lines_with_pairs"] == 4
+    assert load_corpus("tsv", path=str(path), name="anki").name == "anki"
+    json.dumps(corpus.info)
 
 
 def test_load_tsv_errors(tmp_path):
@@ -357,8 +363,9 @@ def test_load_multi30k(tmp_path, gz, test_stem):
     corpus = load_multi30k(tmp_path)
     assert [len(corpus.split(n)) for n in ("train", "valid", "test")] == [5, 2, 3]
     assert corpus.test[2] == ("Ein Hund läuft 2.", "A dog runs 2.")
-    reverse = load_multi30k(tmp_path, src_lang="en", tgt_lang="de")
+    reverse = load_corpus("multi30k", folder=tmp_path, src_lang="en", tgt_lang="de")
     assert reverse.train[0] == ("A dog runs 0.", "Ein Hund läuft 0.")
+    json.dumps(corpus.info)
 
 
 def test_load_multi30k_names_missing_files(tmp_path):

@@ -48,7 +48,8 @@ def load_multi30k(folder, src_lang: str = "de", tgt_lang: str = "en") -> Corpus:
         raise TypeError(f"folder must be a str or a path, got {type(folder).__name__}")
     for lang in (src_lang, tgt_lang):
         if not isinstance(lang, str) or not lang:
-            raise ValueError(f"src_lang and tgt_lang must be language codes like 'de', got {lang!r}")
+            raise ValueError(f"src_lang and tgt_lang must be language codes like 'de', "
+                             f"got {lang!r}")
     if src_lang == tgt_lang:
         raise ValueError(f"src_lang and tgt_lang must differ, got {src_lang!r} for both")
     folder = os.fspath(folder)

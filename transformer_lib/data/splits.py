@@ -17,7 +17,7 @@ import unicodedata
 from .._checks import check_number
 
 SPLITS = ("train", "valid", "test")
-# Shares of validation and test; training gets the rest. About 1,000 of Ding's 17,000 sentences each.
+# Shares of validation and test; training gets the rest: about 1,000 each of Ding's 17,000.
 DEFAULT_FRACTIONS = {"valid": 0.06, "test": 0.06}
 
 def normalise_for_split(text: str) -> str:
