@@ -37,7 +37,7 @@ CORPORA = {
 }
 
 
-def load_corpus(name: str, **options) -> Corpus:
+def load_corpus(name: str, /, **options) -> Corpus:
     """The corpus ``name`` (a key of ``CORPORA``), loaded with ``options``:
     ``load_corpus("ding", phrases=True)``, ``load_corpus("tsv", path="deu.txt", src_col=1,
     tgt_col=0, src_lang="de", tgt_lang="en")``, ``load_corpus("multi30k", folder="m30k")``,
