@@ -373,11 +373,18 @@ def test_load_multi30k_names_missing_files(tmp_path):
     os.remove(tmp_path / "val.en")
     os.remove(tmp_path / "test_2016_flickr.de")
     with pytest.raises(CorpusNotFoundError) as error:
-        load_multi30k(tmp_path)
+        load_multi30k(path=tmp_path)  # path= is another name for the folder
     message = str(error.value)
     assert "val.en(.gz)" in message and "test_2016_flickr.de(.gz)" in message
     assert "train" not in message.split("missing")[1].split(".")[0]
     assert "github.com/multi30k/dataset" in message
+
+
+def test_load_multi30k_missing_folder(tmp_path):
+    with pytest.raises(CorpusNotFoundError, match="no Multi30k folder at .*github.com/multi30k"):
+        load_multi30k(tmp_path / "nowhere")
+    with pytest.raises(TypeError, match="once"):
+        load_multi30k(tmp_path, path=tmp_path)
 
 
 def test_load_multi30k_checks_line_counts(tmp_path):
@@ -396,6 +403,12 @@ def test_registry_names():
     assert set(CORPORA) == {"ding", "tsv", "multi30k", "number-words"}
     with pytest.raises(ValueError, match="unknown corpus 'wmt'"):
         load_corpus("wmt")
+    with pytest.raises(ValueError, match="corpus 'ding' has no option pth; its options are path"):
+        load_corpus("ding", pth="/usr/share/trans/de-en")
+    with pytest.raises(ValueError, match="corpus 'tsv' needs path="):
+        load_corpus("tsv", src_col=1)
+    with pytest.raises(ValueError, match="corpus 'multi30k' needs folder="):
+        load_corpus("multi30k")
 
 
 def test_number_words_corpus_is_the_capstone_data():
