@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import need
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("tokenizers")
 
@@ -49,6 +51,14 @@ def test_round_trip(tok, text):
     assert all(isinstance(i, int) for i in ids) and tok.unk_id not in ids
     assert tok.decode(ids) == text
     assert "".join(tok.tokenize(text)).replace("▁", " ").strip() == text
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.text(alphabet=st.sampled_from("aäbcdeoöuüßAÄOÖUÜ 0123456789.,;:!?'\"-–/()„“\t\n"),
+               max_size=40))
+def test_decode_restores_the_normalised_text(tok, text):
+    # Every text made of characters the vocabulary knows comes back as normalise(text).
+    assert tok.decode(tok.encode(text)) == tok.normalise(text) == " ".join(text.split())
 
 
 def test_normalisation_is_nfc_and_single_spaces(tok):
