@@ -194,7 +194,7 @@ class MultiHeadAttention(nn.Module):
             check_same_size(0, "batch size", query=query, key=key, value=value)
         check_bool("need_weights", need_weights)
         if cache is not None and not (isinstance(cache, dict) or hasattr(cache, "update")):
-            check_instance("cache", cache, dict, "a dict, a StaticKVCache (or None)")
+            check_instance("cache", cache, dict, "a dict or a StaticKVCache (or None)")
         if cache is not None:
             cached = cache.get("k") if isinstance(cache, dict) else cache.k
             if cached is not None and cached.size(0) != query.size(0):
