@@ -199,3 +199,8 @@ def test_cuda_graph_gives_the_readable_loops_tokens(compile):
         if not compile:
             assert torch.equal(decoder.beam(batch, 3, MAX_LEN, BOS, eos),
                                tl.beam_search(model, batch, 3, MAX_LEN, BOS, eos))
+    with torch.no_grad():  # an optimizer-like update in place: the graph is recorded again
+        for p in model.parameters():
+            p.mul_(1.5)
+    assert torch.equal(decoder.greedy(src, MAX_LEN, BOS, eos),
+                       tl.greedy_decode(model, src, MAX_LEN, BOS, eos))

@@ -149,8 +149,9 @@ class FastDecoder:
 
     The buffers and graphs of a call are kept for the next call of the same shape (batch,
     source length, ``max_len``, beam size): decode many batches of one shape with one
-    ``FastDecoder``. The model's weights must not be replaced in between (updating them in
-    place is fine: the recorded step reads them where they are).
+    ``FastDecoder``. If the model's weights have changed since a step was recorded (an
+    optimizer step, ``load_state_dict``, ``.to()``), the next call records it again: a
+    graph holds the addresses of what it read, the stacked Q/K/V weights included.
     """
 
     def __init__(self, model, cuda_graph: bool | None = None, compile: bool | str = False,
@@ -252,7 +253,11 @@ class FastDecoder:
 
     def _graph(self, s: _Session, step, bos_id):
         """Record ``step`` as a CUDA graph (once per session) and return its replay."""
+        weights = [(p.data_ptr(), p._version) for p in self.model.parameters()]
+        if s.graph is not None and s.weights != weights:
+            s.graph = None  # recorded with other weights: record again
         if s.graph is None:
+            s.weights = weights
             state = [t.clone() for t in self._state(s)]
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
