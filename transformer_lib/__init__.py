@@ -2,6 +2,7 @@
 
 Modules follow the book's order: embedding, positional, masks, attention, multihead, feedforward,
 norm, encoder, decoder, model, loss, decoding, training; past one process (chapter 13):
+static_cache and fast_decoding (decoding off the host),
 distributed, precision, stopping, checkpoint. Conventions: batch-first tensors; boolean
 masks with True = blocked; a fully blocked query row gets zero weights, never NaN.
 """
