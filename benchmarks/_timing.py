@@ -9,9 +9,12 @@ launch overhead whenever the GPU has to wait for it, and nothing else the host d
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,12 +44,34 @@ def add_common_arguments(parser, json_name: str) -> None:
                              f"benchmarks/results/{json_name})")
 
 
+def add_determinism_argument(parser) -> None:
+    """--deterministic: off, on, or both (the script runs itself once more, deterministic,
+    in a fresh process: cuBLAS reads CUBLAS_WORKSPACE_CONFIG once, when it starts)."""
+    parser.add_argument("--deterministic", choices=("off", "on", "both"), default=None,
+                        help="deterministic algorithms (tl.set_seed(0, deterministic=True), "
+                             "with CUBLAS_WORKSPACE_CONFIG on CUDA): off, on, or both side "
+                             "by side with the cost of determinism (default: both on a "
+                             "GPU; on the CPU, where it is free, on)")
+
+
+def deterministic_mode(args, device: torch.device) -> str:
+    return args.deterministic or ("both" if device.type == "cuda" else "on")
+
+
 def start(args) -> tuple[torch.device, dict]:
-    """Pick the device and the threads; print and return where the numbers come from."""
+    """Pick the device and the threads, set the seed (deterministic or not, as
+    ``--deterministic`` says, where the script has it); print and return where the
+    numbers come from."""
     device = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    mode = deterministic_mode(args, device) if hasattr(args, "deterministic") else None
+    if mode is not None:
+        import transformer_lib as tl
+        tl.set_seed(0, deterministic=mode == "on")  # "both": this run is the fast one
     info = describe(device)
+    if mode is not None:
+        info["deterministic"] = mode == "on"
     print(", ".join(f"{k} {v}" for k, v in info.items() if v is not None))
     return device, info
 
@@ -74,6 +99,41 @@ def median_times(fns: dict, repeats: int, device: torch.device, warmup: int = 2)
                 fn()
                 samples[name].append(time.perf_counter() - begin)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def run_deterministic(argv: list[str] | None) -> dict:
+    """Run the calling script again with ``--deterministic on`` in a fresh process (its
+    output indented) and return the results it writes as JSON."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for flag in ("--deterministic", "--json"):  # drop the caller's choice of these
+        while flag in argv:
+            at = argv.index(flag)
+            takes_value = at + 1 < len(argv) and not argv[at + 1].startswith("--")
+            del argv[at: at + 1 + takes_value]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "deterministic.json"
+        command = [sys.executable, sys.argv[0], *argv, "--deterministic", "on",
+                   "--json", str(path)]
+        env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+        print(f"\n--- the same, deterministic (a fresh process) ---", flush=True)
+        result = subprocess.run(command, env=env, capture_output=True, text=True)
+        print("".join(f"  | {line}\n" for line in result.stdout.splitlines()), end="")
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr[-3000:])
+            raise SystemExit(f"the deterministic run failed (exit {result.returncode})")
+        return json.loads(path.read_text())
+
+
+def print_cost(rows: list[tuple[str, float, float]]) -> list[dict]:
+    """rows of (what, ms fast, ms deterministic): print the cost of determinism."""
+    print("\nThe cost of determinism (same machine, one after the other):")
+    print(f"{'':<40} {'fast ms':>9} {'determ. ms':>11} {'determ./fast':>13}")
+    out = []
+    for name, fast, slow in rows:
+        print(f"{name:<40} {fast:>9.2f} {slow:>11.2f} {slow / fast:>13.2f}")
+        out.append({"what": name, "fast_ms": fast, "deterministic_ms": slow,
+                    "cost": slow / fast})
+    return out
 
 
 def describe(device: torch.device) -> dict:

@@ -15,6 +15,12 @@ Prints ratios, ours / PyTorch's (below 1: we are faster):
    On a GPU: B=64 x L=128 under bfloat16 autocast; on the CPU a smaller batch in float32.
    ``--compile`` adds tl.Transformer with forward and loss compiled (fullgraph=True).
 
+``--deterministic off|on|both``: PyTorch's deterministic algorithms (and, on CUDA,
+deterministic cuBLAS, ``CUBLAS_WORKSPACE_CONFIG``) off, on, or both: the script then runs
+itself once more, deterministic, in a fresh process and prints the cost of determinism
+(deterministic time / fast time) for each measurement. Default: both on a GPU; on the
+CPU, where determinism is free, on (``tl.set_seed``'s default there).
+
 Then it says whether the targets are met: on a GPU, fused attention <= 1.00x at every
 L >= 128 and the training step <= 1.00x; on the CPU, attention <= 1.10x and the training
 step <= 1.05x. ``--json [PATH]`` writes everything, with the machine's description, to
@@ -30,7 +36,17 @@ import torch
 from torch import nn
 
 import transformer_lib as tl
-from _timing import RESULTS, add_common_arguments, median_times, start, write_json
+from _timing import (
+    RESULTS,
+    add_common_arguments,
+    add_determinism_argument,
+    deterministic_mode,
+    median_times,
+    print_cost,
+    run_deterministic,
+    start,
+    write_json,
+)
 
 TARGETS = {"cuda": {"attention": 1.00, "train_step": 1.00},
            "cpu": {"attention": 1.10, "train_step": 1.05}}
@@ -208,6 +224,7 @@ def main(argv=None) -> int:
                              "(torch.compile, fullgraph=True)")
     parser.add_argument("--skip", choices=("attention", "train_step"), action="append",
                         default=[], help="leave out a part")
+    add_determinism_argument(parser)
     args = parser.parse_args(argv)
     device, info = start(args)
     gpu = device.type == "cuda"
@@ -249,6 +266,17 @@ def main(argv=None) -> int:
         print(f"Target ({device.type}): base-model training step <= "
               f"{targets['train_step']:.2f}x nn.Transformer: {ratio:.2f}x, "
               f"{'met' if ratio <= targets['train_step'] else 'MISSED'}")
+    if deterministic_mode(args, device) == "both":
+        other = run_deterministic(argv)
+        rows = [(f"attention {r['dtype']} L={r['L']} fused", r["fused_ms"], o["fused_ms"])
+                for r, o in zip(results.get("attention", []), other.get("attention", []))]
+        rows += [(f"attention {r['dtype']} L={r['L']} nn.MHA", r["nn_ms"], o["nn_ms"])
+                 for r, o in zip(results.get("attention", []), other.get("attention", []))]
+        if "train_step" in results:
+            fast, slow = results["train_step"], other["train_step"]
+            rows += [("training step, tl.Transformer", fast["ours_ms"], slow["ours_ms"]),
+                     ("training step, nn.Transformer", fast["nn_ms"], slow["nn_ms"])]
+        results["deterministic"] = {"results": other, "cost": print_cost(rows)}
     if args.json is not None:
         path = args.json or RESULTS / f"attention_{device.type}.json"
         print(f"wrote {write_json(path, results)}")

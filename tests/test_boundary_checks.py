@@ -266,7 +266,7 @@ OWN_CASES = [
         "multihead_cache_list",
         lambda: _mha(_x(2, 3, 8), cache=[]),
         TypeError,
-        r"cache must be a dict \(or None\), got list",
+        r"cache must be a dict or a StaticKVCache \(or None\), got list",
     ),
     (
         "multihead_key_value_length",

@@ -32,8 +32,16 @@ def no_subprocess(check_gpu, monkeypatch):
 
 
 def _dry_run_commands(output: str) -> list[list[str]]:
-    """The printed command lines ('$ ...' or '[check] $ ...'), split like a shell."""
-    return [shlex.split(line.split("$ ", 1)[1]) for line in output.splitlines() if "$ " in line]
+    """The printed command lines ('$ ...' or '[check] $ VAR=value ...'), split like a
+    shell, without the environment settings in front."""
+    commands = []
+    for line in output.splitlines():
+        if "$ " in line:
+            words = shlex.split(line.split("$ ", 1)[1])
+            while words and "=" in words[0] and not words[0].startswith("-"):
+                words.pop(0)
+            commands.append(words)
+    return commands
 
 
 # --------------------------------------------------------------------------------------
@@ -105,7 +113,8 @@ def test_dry_run_prints_the_four_checks(check_gpu, no_subprocess, capsys, tmp_pa
         ["-m", "pytest", "book", "--nbval", "-q", "-p", "no:cacheprovider"],
         ["-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--ignore=tests/test_book.py"],
         ["benchmarks/attention.py", "--device", "cuda", "--compile", "--json"],
-        ["benchmarks/decoding.py", "--device", "cuda", "--model", "base", "--json"],
+        ["benchmarks/decoding.py", "--device", "cuda", "--model", "base", "--beam", "4",
+         "--json"],
         ["-m", "transformer_lib.examples.number_words", "--minutes", "0.5", "--device", "cuda",
          "--out", str(tmp_path / "number_words_de.pt")],
     ]
@@ -122,8 +131,9 @@ def test_only_runs_the_checks_named(check_gpu, no_subprocess, capsys):
 
 @pytest.mark.parametrize("command, options", [
     (["-m", "transformer_lib.examples.number_words"], ["--minutes", "--device", "--out"]),
-    (["benchmarks/attention.py"], ["--device", "--compile", "--json"]),
-    (["benchmarks/decoding.py"], ["--device", "--model", "--json"]),
+    (["benchmarks/attention.py"], ["--device", "--compile", "--json", "--deterministic"]),
+    (["benchmarks/decoding.py"], ["--device", "--model", "--beam", "--json",
+                                  "--deterministic"]),
 ])
 def test_the_commands_it_runs_accept_its_options(command, options):
     """The check's options exist in the tools it calls (their --help lists them)."""
@@ -171,13 +181,105 @@ def test_download_dry_run_asks_pip_for_wheels_of_that_python(check_gpu, no_subpr
     (command,) = _dry_run_commands(capsys.readouterr().out)
     assert command[1:4] == ["-m", "pip", "download"]
     for option in (["--only-binary=:all:"], ["--no-deps"], ["--python-version", "3.12"],
-                   ["--platform", "manylinux_2_28_x86_64"], ["--implementation", "cp"],
-                   ["-d", str(folder)]):
+                   ["--implementation", "cp"], ["-d", str(folder)]):
         at = command.index(option[0])
         assert command[at:at + len(option)] == option
+    abis = [command[i + 1] for i, c in enumerate(command) if c == "--abi"]
+    assert abis == ["cp312", "abi3", "none"]  # its own ABI, the stable ABI, pure Python
+    platforms = [command[i + 1] for i, c in enumerate(command) if c == "--platform"]
+    assert platforms[0] == "manylinux_2_28_x86_64"
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(
+        platforms)
     pins = Path(command[command.index("-r") + 1]).read_text().split()
     assert "nbval==" in " ".join(pins) and not any(p.startswith("torch==") for p in pins)
     assert not folder.exists()  # a dry run writes nothing there
+
+
+def test_the_manylinux_family_runs_down_to_manylinux1(check_gpu):
+    family = check_gpu.manylinux_family("manylinux_2_28_x86_64")
+    assert family[:2] == ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64"]
+    assert family.index("manylinux2014_x86_64") == family.index("manylinux_2_17_x86_64") + 1
+    assert family[-2:] == ["manylinux_2_5_x86_64", "manylinux1_x86_64"]
+    assert len(family) == 24 + 3  # 2_28 ... 2_5, and the three legacy names
+    assert check_gpu.manylinux_family("manylinux_2_17_aarch64")[0] == "manylinux_2_17_aarch64"
+    assert check_gpu.manylinux_family("manylinux2014_x86_64") == ["manylinux2014_x86_64"]
+
+
+LOCK = """\
+-e .
+    # via -
+click==8.1.0
+    # via typer
+jinja2==3.1.6
+    # via
+    #   nbconvert
+    #   sphinx
+markupsafe==3.0.2
+    # via jinja2
+nbconvert==7.16.0
+    # via -r requirements.in
+numpy==2.4.6
+    # via
+    #   -r requirements.in
+    #   transformer-lib
+pytest==9.2.0
+    # via
+    #   -r requirements.in
+    #   nbval
+nbval==0.11.0
+    # via -r requirements.in
+sphinx==7.4.7
+    # via jupyter-book
+torch==2.13.0
+    # via transformer-lib
+typer==0.29.2
+    # via transformer-lib
+"""
+
+
+def test_only_some_checks_download_only_what_they_need(check_gpu):
+    """--only: the closure of the checks' roots in the lock's "# via" graph."""
+    everything = check_gpu.wheel_requirements(LOCK)
+    assert everything == ["click==8.1.0", "jinja2==3.1.6", "markupsafe==3.0.2",
+                          "nbconvert==7.16.0", "numpy==2.4.6", "pytest==9.2.0",
+                          "nbval==0.11.0", "sphinx==7.4.7", "typer==0.29.2"]
+    assert check_gpu.wheel_requirements(LOCK, ["benchmarks"]) == [
+        "click==8.1.0", "numpy==2.4.6", "typer==0.29.2"]  # typer's click too
+    assert check_gpu.wheel_requirements(LOCK, ["nbval", "capstone"]) == [
+        "click==8.1.0", "numpy==2.4.6", "pytest==9.2.0", "nbval==0.11.0", "typer==0.29.2"]
+    assert check_gpu.wheel_requirements(LOCK, ["tests", "benchmarks"]) == everything
+    real = (ROOT / "requirements.txt").read_text()
+    small = check_gpu.wheel_requirements(real, ["nbval", "benchmarks", "capstone"])
+    names = {pin.split("==")[0].lower() for pin in small}
+    assert {"nbval", "pytest", "ipykernel", "nbclient", "numpy", "transformers"} <= names
+    assert not {"jupyter-book", "sphinx", "playwright", "nbgrader"} & names
+    assert len(small) < len(check_gpu.wheel_requirements(real))
+
+
+def test_download_only_dry_run_passes_the_smaller_pin_list(check_gpu, no_subprocess, capsys,
+                                                           tmp_path):
+    check_gpu.main(["--download-wheels", str(tmp_path / "w"), "--only", "benchmarks",
+                    "--dry-run"])
+    (command,) = _dry_run_commands(capsys.readouterr().out)
+    pins = Path(command[command.index("-r") + 1]).read_text().split()
+    assert any(p.startswith("transformers==") for p in pins)
+    assert not any(p.startswith(("nbval==", "playwright==")) for p in pins)
+
+
+def test_the_benchmarks_and_chapters_run_without_deterministic_cublas(check_gpu, no_subprocess,
+                                                                      capsys):
+    """Only the library tests get CUBLAS_WORKSPACE_CONFIG (a test asking for bitwise
+    equality on CUDA needs it set before cuBLAS starts); the rest run at full speed."""
+    for name in ("nbval", "benchmarks", "capstone"):
+        env = check_gpu.check_environment(name)
+        assert env.get("CUBLAS_WORKSPACE_CONFIG") == __import__("os").environ.get(
+            "CUBLAS_WORKSPACE_CONFIG")
+        assert env["PYTHONHASHSEED"] == __import__("os").environ.get("PYTHONHASHSEED", "0")
+    assert check_gpu.CHECK_ENVIRONMENT["tests"] == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    check_gpu.main(["--dry-run", "--only", "tests", "benchmarks"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "$ " in line]
+    assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in lines[0]
+    assert not any("CUBLAS" in line for line in lines[1:])
 
 
 def test_wheels_dry_run_installs_from_the_folder_alone(check_gpu, no_subprocess, capsys,
@@ -192,10 +294,11 @@ def test_wheels_dry_run_installs_from_the_folder_alone(check_gpu, no_subprocess,
 
 class FakePip:
     """Stands in for subprocess.run: pip download has no wheel for ``no_wheel`` pins;
-    pip wheel builds ``pure`` pins into a none-any wheel, others into a cp312 one."""
+    pip wheel builds ``pure`` pins into a none-any wheel, fails on ``broken`` ones, and
+    builds the others into a cp312 one."""
 
-    def __init__(self, no_wheel, pure):
-        self.no_wheel, self.pure, self.calls = no_wheel, pure, []
+    def __init__(self, no_wheel, pure, broken=()):
+        self.no_wheel, self.pure, self.broken, self.calls = no_wheel, pure, broken, []
 
     def __call__(self, command, **kwargs):
         self.calls.append(command)
@@ -207,6 +310,9 @@ class FakePip:
                         command, 1, "", f"ERROR: No matching distribution found for {pin}\n")
             return subprocess.CompletedProcess(command, 0, "", "")
         pin, folder = command[-1], Path(command[command.index("-w") + 1])
+        if pin in self.broken:
+            return subprocess.CompletedProcess(
+                command, 1, "", "ERROR: Failed to build installable wheels\n")
         name, version = pin.split("==")
         tag = "py3-none-any" if pin in self.pure else "cp312-cp312-linux_x86_64"
         (folder / f"{name}-{version}-{tag}.whl").write_text("")
@@ -234,5 +340,21 @@ def test_download_refuses_compiled_packages_it_cannot_fetch(check_gpu, monkeypat
     assert check_gpu.download_wheels(tmp_path / "w", "3.12", "manylinux_2_28_x86_64",
                                      False) == 1
     err = capsys.readouterr().err
-    assert "No wheel for Python 3.12 (manylinux_2_28_x86_64) of: cffi==2.1.1." in err
+    assert ("No wheel for Python 3.12, manylinux_2_28_x86_64 or older manylinux of: "
+            "cffi==2.1.1. Built from source here they hold compiled code") in err
     assert [w.name for w in (tmp_path / "w").iterdir()] == ["docopt-0.6.2-py3-none-any.whl"]
+
+
+def test_a_failed_source_build_is_not_called_compiled(check_gpu, monkeypatch, tmp_path,
+                                                      capsys):
+    """A pure-Python package whose source did not build is reported as a failed build,
+    never as 'compiled code'."""
+    fake = FakePip(no_wheel=["hypothesis==6.0.0"], pure=[], broken=["hypothesis==6.0.0"])
+    monkeypatch.setattr(check_gpu, "REQUIREMENTS", tmp_path / "requirements.txt")
+    (tmp_path / "requirements.txt").write_text("hypothesis==6.0.0\n")
+    monkeypatch.setattr(check_gpu.subprocess, "run", fake)
+    assert check_gpu.download_wheels(tmp_path / "w", "3.12", "manylinux_2_28_x86_64",
+                                     False) == 1
+    err = capsys.readouterr().err
+    assert "building from source failed, of: hypothesis==6.0.0 (ERROR: Failed to build" in err
+    assert "compiled" not in err

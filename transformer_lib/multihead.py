@@ -43,6 +43,12 @@ class MultiHeadAttention(nn.Module):
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``. See
     benchmarks/attention_precision.py.
 
+    Self-attention (``query is key is value``) on the fast path projects Q, K and V with
+    one matrix product: the three weights stacked into one (3 d_model, d_model) matrix,
+    as ``nn.MultiheadAttention``'s ``in_proj_weight``. The parameters stay the three
+    Linears (same initialisation, same ``state_dict``); ``packed_qkv`` shows the stacking.
+    The explicit path keeps three products, for teaching; the two agree to float rounding.
+
     ``cache`` (optional dict) serves incremental decoding. For self-attention, pass
     ``{}`` at the first step and the same dict afterwards: each call appends the new
     keys and values (already projected, (B, H, L, d_k)) to ``cache["k"]`` and
@@ -50,6 +56,9 @@ class MultiHeadAttention(nn.Module):
     the keys and values of ``key``/``value`` are projected on the first call and reused
     while the same ``key`` tensor comes back; a different one raises ValueError (a
     static cache belongs to one source batch: start a new one for new memory).
+    A preallocated cache (``tl.StaticKVCache``, for fast decoding) is any object with
+    ``update(k, v) -> (keys, values)``: it writes the new keys and values in place and
+    returns all its slots; the caller's mask blocks the slots not written yet.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -84,10 +93,47 @@ class MultiHeadAttention(nn.Module):
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.d_model)
 
+    def packed_qkv(self, x: torch.Tensor):
+        """Q, K and V of ``x`` (B, L, d_model) with one matrix product -> three (B, H, L, d_k).
+
+        The same numbers as ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` (to float rounding),
+        one GEMM instead of three: x is read once and the product is three times wider."""
+        batch, length, _ = x.shape
+        weight, bias = self._packed_weight_bias()  # (3 d, d), (3 d,) or None
+        qkv = F.linear(x, weight, bias)  # (B, L, 3 d)
+        qkv = qkv.view(batch, length, 3, self.num_heads, self.d_k)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, L, d_k)
+        return q, k, v
+
+    def _packed_weight_bias(self):
+        """[Wq; Wk; Wv] and [bq; bk; bv]. Stacking copies 3 d^2 numbers: while gradients
+        flow (training) it is done each call, so that each Linear gets its own gradient;
+        without gradients (decoding) the stacked copy is kept until a weight changes
+        (in place, as an optimizer step does, or replaced, as ``.to()`` does)."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        tensors = [p.weight for p in projs] + ([p.bias for p in projs]
+                                               if self.q_proj.bias is not None else [])
+        if torch.is_grad_enabled() or _is_compiling():
+            return _stack(tensors)
+        versions = tuple(t._version for t in tensors)
+        packed = self.__dict__.get("_packed")  # (weights it was made of, versions, w, b)
+        if packed is None or packed[1] != versions or not all(
+                _same_tensor(t, old) for t, old in zip(tensors, packed[0])):
+            # The old weights are held (detached) so that their memory is not reused by
+            # another tensor that would then look the same.
+            packed = ([t.detach() for t in tensors], versions, *_stack(tensors))
+            self.__dict__["_packed"] = packed  # a plain attribute: not in state_dict
+        return packed[2], packed[3]
+
     def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
         self._check_inputs(query, key, value, need_weights, cache)
-        q = self.split_heads(self.q_proj(query))  # (B, H, Lq, d_k)
-        k, v = self._keys_values(key, value, cache)  # (B, H, Lk, d_k) each
+        static = isinstance(cache, dict) and cache.get("static")
+        if not need_weights and query is key and key is value and not static:
+            q, k, v = self.packed_qkv(query)  # self-attention: one GEMM for Q, K, V
+            k, v = self._cached_keys_values(k, v, cache)  # (B, H, Lk, d_k) each
+        else:
+            q = self.split_heads(self.q_proj(query))  # (B, H, Lq, d_k)
+            k, v = self._keys_values(key, value, cache)  # (B, H, Lk, d_k) each
         if mask is not None:
             scores_shape = (q.size(0), self.num_heads, q.size(2), k.size(2))
             check_mask(mask, scores_shape, device=q.device)
@@ -104,7 +150,7 @@ class MultiHeadAttention(nn.Module):
 
     def _keys_values(self, key, value, cache):
         """Project (or fetch from the cache) the keys and values, each (B, H, Lk, d_k)."""
-        static = cache is not None and cache.get("static")
+        static = isinstance(cache, dict) and cache.get("static")
         if static and "k" in cache:
             # Reuse only for the tensors the cache was built from: attending to an old
             # source after the memory changed would be a wrong answer with no error.
@@ -116,13 +162,23 @@ class MultiHeadAttention(nn.Module):
             return cache["k"], cache["v"]
         k = self.split_heads(self.k_proj(key))
         v = self.split_heads(self.v_proj(value))
-        if cache is not None:
-            if static:
-                cache["key"], cache["value"] = key, value
-            elif "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # append along the key axis
-                v = torch.cat([cache["v"], v], dim=2)
+        if static:
+            cache["key"], cache["value"] = key, value
             cache["k"], cache["v"] = k, v
+            return k, v
+        return self._cached_keys_values(k, v, cache)
+
+    @staticmethod
+    def _cached_keys_values(k, v, cache):
+        """The new keys and values (B, H, new, d_k) joined to the cached ones, if any."""
+        if cache is None:
+            return k, v
+        if not isinstance(cache, dict):  # preallocated (StaticKVCache): written in place
+            return cache.update(k, v)
+        if "k" in cache:
+            k = torch.cat([cache["k"], k], dim=2)  # append along the key axis
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
         return k, v
 
     def _check_inputs(self, query, key, value, need_weights, cache):
@@ -137,10 +193,12 @@ class MultiHeadAttention(nn.Module):
         if not (query is key and key is value):
             check_same_size(0, "batch size", query=query, key=key, value=value)
         check_bool("need_weights", need_weights)
+        if cache is not None and not (isinstance(cache, dict) or hasattr(cache, "update")):
+            check_instance("cache", cache, dict, "a dict or a StaticKVCache (or None)")
         if cache is not None:
-            check_instance("cache", cache, dict, "a dict (or None)")
-            if "k" in cache and cache["k"].size(0) != query.size(0):
-                raise ValueError(f"cache holds a batch of {cache['k'].size(0)}, "
+            cached = cache.get("k") if isinstance(cache, dict) else cache.k
+            if cached is not None and cached.size(0) != query.size(0):
+                raise ValueError(f"cache holds a batch of {cached.size(0)}, "
                                  f"but query has batch size {query.size(0)}")
 
     def _check_input(self, name, x):
@@ -152,7 +210,19 @@ class MultiHeadAttention(nn.Module):
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout}"
 
 
+def _stack(tensors):
+    """[Wq; Wk; Wv] (3 d, d) and, with biases, [bq; bk; bv] (3 d,) (else None)."""
+    weight = torch.cat(tensors[:3], dim=0)
+    bias = torch.cat(tensors[3:], dim=0) if len(tensors) > 3 else None
+    return weight, bias
+
+
+# torch.compiler.is_compiling is torch >= 2.3's; the package accepts torch 2.2.
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+
+
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same tensor, or a view of the same memory with the same shape and strides."""
     return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape
-                      and a.stride() == b.stride())
+                      and a.stride() == b.stride() and a.dtype == b.dtype
+                      and a.device == b.device)
