@@ -72,8 +72,29 @@ def test_cross_attention_and_the_explicit_path_keep_three_projections():
     out, weights = mha(x, x, x, need_weights=True)
     torch.testing.assert_close(out, three_projections(mha, x, x, x))
     assert calls == [] and weights.shape == (2, 4, 4, 4)
-    mha(x, x, x)
+    mha(x, x, x)  # training on the CPU: three products (the stored CPU results' gradients)
+    assert calls == []
+    with torch.no_grad():
+        mha(x, x, x)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_packed_projection_gradients_equal_three_projections(dtype):
+    """The gradients the packed path gives where it trains (on a GPU): each Linear gets its
+    own share, and x the sum of the three."""
+    mha = _mha(dtype)
+    x = torch.randn(3, 5, 16, dtype=dtype, requires_grad=True)
+    got = torch.autograd.grad(sum(t.square().sum() for t in mha.packed_qkv(x)),
+                              [x, *mha.parameters()], allow_unused=True)
+    three = [mha.split_heads(p(x)) for p in (mha.q_proj, mha.k_proj, mha.v_proj)]
+    want = torch.autograd.grad(sum(t.square().sum() for t in three),
+                               [x, *mha.parameters()], allow_unused=True)
+    for g, w in zip(got, want):
+        if w is None:  # out_proj takes no part in the projection
+            assert g is None
+        else:
+            torch.testing.assert_close(g, w, **TOLERANCE[dtype])
 
 
 def test_parameters_initialisation_and_state_dict_are_unchanged():
