@@ -197,3 +197,23 @@ def test_chapter_10_quotes_the_bpe_token_ids():
     # the summary: "within its first 15 merges" (ids 0 to 20 are the letters)
     assert max(ids[p] for p in ("und", "hundert", "zig", "tausend")) - 20 == 15
     assert "within its first 15 merges" in text
+
+
+def test_chapter_10_quotes_the_target_baseline():
+    """The character-against-morpheme experiment that chose the targets (transcribed)."""
+    baseline = json.loads((RESULTS / "capstone_targets_baseline.json").read_text())
+    setup, rows = baseline["setup"], {r["targets"]: r for r in baseline["results"]}
+    assert "Transcribed" in baseline["provenance"]
+    text = _markdown()
+    assert (f"$d_{{model}} = {setup['d_model']}$, two encoder and two decoder layers) reached "
+            f"only {100 * rows['characters']['exact_match']:.0f}% exact match after "
+            f"{setup['budget_s']} seconds, where the same model with the morphemes below "
+            f"reached {100 * rows['German morphemes']['exact_match']:.0f}%") in text
+    assert setup["encoder_layers"] == setup["decoder_layers"] == 2
+
+
+def test_chapter_10_quotes_the_quiet_step_times():
+    """'15 to 19 ms of CPU, against 11 to 13 on a quiet one': the new recipe's CPU time per
+    step in the wall-clock runs (nothing else running)."""
+    ms = [1e3 * r["cpu_s_per_step"] for r in _wall_rows() if r["recipe"] == "new"]
+    assert f"against {min(ms):.0f} to {max(ms):.0f} on a quiet one" in _markdown()
