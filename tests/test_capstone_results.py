@@ -120,3 +120,100 @@ def test_chapter_10_quotes_the_bpe_benchmark():
     text = _markdown()
     assert f"here to {min(steps_ms):.0f} to {max(steps_ms):.0f} ms of CPU" in text
     assert f"at a load average of {min(loads):.0f} to {max(loads):.0f}" in text
+
+
+def _output(marker: str) -> str:
+    """The stored text output of the one code cell whose source holds ``marker``."""
+    cells = [c for c in _chapter_cells() if c.cell_type == "code" and marker in c.source]
+    assert len(cells) == 1, marker
+    return "".join(o.get("text", "") for o in cells[0].outputs)
+
+
+def test_chapter_10_quotes_the_first_editions_step_times():
+    rows = [r for r in _wall_rows() if r["recipe"] == "old"]
+    ms = [1e3 * r["wall_s_per_step"] for r in rows]
+    assert {r["threads"] for r in rows} == {2}
+    assert f"a step took {min(ms):.0f} to {max(ms):.0f} ms (two threads)" in _markdown()
+
+
+def test_chapter_10_quotes_the_compile_benchmark():
+    measured = json.loads((RESULTS / "capstone_compile_cpu.json").read_text())["runs"]
+    assert {r["dynamic"] for r in measured} == {False, True}
+    assert {r["threads"] for r in measured} == {1} and {r["cpus"] for r in measured} == {2}
+    compile_s = [r["compile_seconds"] for r in measured]
+    ratios = [r["compiled_over_eager"] for r in measured]
+    loads = [r["load_average_before"] for r in measured]
+    text = _markdown()
+    assert f"compiling took {min(compile_s):.0f} to {max(compile_s):.0f} seconds" in text
+    assert f"{min(ratios):.2f} to {max(ratios):.2f} times" in text
+    assert f"at a load average of {min(loads):.0f} to {max(loads):.0f}" in text
+    default = next(r for r in measured if not r["dynamic"])
+    assert (f"so the {default['batch_shapes']} batch shapes gave "
+            f"{default['graphs_compiled']} graphs, not {default['batch_shapes']}") in text
+    assert f"({default['batch_shapes']} in the first {default['steps']} steps)" in text
+    # "it cannot pay back inside a 30-second budget"
+    assert all(r["budget_s"] == 30 and r["steps_in_budget_compiled"]
+               < r["steps_in_budget_eager"] for r in measured)
+
+
+def test_chapter_10_describes_the_stored_validation_scores():
+    printed = _output("valid_every=100")
+    line = next(x for x in printed.splitlines() if x.startswith("validation exact match:"))
+    scores = ast.literal_eval(line.split(":", 1)[1].strip())  # steps 100, 200, ..., 1000
+    assert len(scores) == 10
+    text = _markdown()
+    assert (f"exact match was {100 * scores[2]:.1f}% at step 300 and "
+            f"{100 * min(scores[3:]):.1f}% or more from step 400 on") in text
+    assert "ms per step" in printed  # the time per step is in the stored output
+
+
+def test_chapter_10_quotes_its_bleu_outputs():
+    text = _markdown()
+    scores = _output("metric_scores[name] = (")
+    line = next(x for x in scores.splitlines() if x.startswith("partly trained"))
+    exact, bleu, chrf = (float(line.split(word)[1].split()[0])
+                         for word in ("exact match", "BLEU", "chrF"))
+    assert f"({exact:.1f} exact match, {bleu:.1f} BLEU, {chrf:.1f} chrF" in text
+    one = _output('wrong, right = "dreißig"')
+    assert "sentence BLEU:            BLEU = 50.00 50.0/50.0/0.0/0.0" in one
+    assert "without smoothing:        BLEU = 0.00 50.0/0.0/0.0/0.0" in one
+    assert "sentence chrF:            chrF2 = 25." in one
+    assert "Sentence-level BLEU gives it 50" in text and "chrF gives it 25" in text
+    assert "without smoothing the same sentence scores 0" in text.lower()
+    perfect = _output("effective = sacrebleu.BLEU(effective_order=True)")
+    assert "as written: BLEU = 0.00 100.0/0.0/0.0/0.0" in perfect
+    assert "effective order: BLEU = 100.00" in perfect
+    assert "it scores the same output 100" in text
+
+
+def test_chapter_10_quotes_the_bpe_token_ids():
+    printed = _output("bpe = BPETokenizer.train(german_train, vocab_size=200)")
+    ids = {line.split()[0]: int(line.split()[3].rstrip(":"))
+           for line in printed.splitlines() if " is token " in line}
+    text = _markdown()
+    assert f"(id {ids['und']};" in text
+    assert f"from *drei* (id {ids['drei']}) to *sieben* (id {ids['sieben']})" in text
+    assert "ids 0 to 20" in text and "21 characters" in printed
+    # the summary: "within its first 15 merges" (ids 0 to 20 are the letters)
+    assert max(ids[p] for p in ("und", "hundert", "zig", "tausend")) - 20 == 15
+    assert "within its first 15 merges" in text
+
+
+def test_chapter_10_quotes_the_target_baseline():
+    """The character-against-morpheme experiment that chose the targets (transcribed)."""
+    baseline = json.loads((RESULTS / "capstone_targets_baseline.json").read_text())
+    setup, rows = baseline["setup"], {r["targets"]: r for r in baseline["results"]}
+    assert "Transcribed" in baseline["provenance"]
+    text = _markdown()
+    assert (f"$d_{{model}} = {setup['d_model']}$, two encoder and two decoder layers) reached "
+            f"only {100 * rows['characters']['exact_match']:.0f}% exact match after "
+            f"{setup['budget_s']} seconds, where the same model with the morphemes below "
+            f"reached {100 * rows['German morphemes']['exact_match']:.0f}%") in text
+    assert setup["encoder_layers"] == setup["decoder_layers"] == 2
+
+
+def test_chapter_10_quotes_the_quiet_step_times():
+    """'15 to 19 ms of CPU, against 11 to 13 on a quiet one': the new recipe's CPU time per
+    step in the wall-clock runs (nothing else running)."""
+    ms = [1e3 * r["cpu_s_per_step"] for r in _wall_rows() if r["recipe"] == "new"]
+    assert f"against {min(ms):.0f} to {max(ms):.0f} on a quiet one" in _markdown()

@@ -8,8 +8,9 @@ scale the loss where 16 bits would lose small gradients (GradScaler).
   bfloat16 results as they come (their kernels accumulate in float32). bfloat16 has
   float32's exponent range, so gradients need no scaling. Fast on recent GPUs; on a CPU
   it can be slower than fp32 (``benchmarks/ddp.py`` measures it).
-- ``"fp16"``: float16 under autocast, CUDA only. Its exponent range is small: gradients
-  below about 6e-8 become zero. ``GradScaler`` multiplies the loss by a large factor
+- ``"fp16"``: float16 under autocast, CUDA only (off a GPU it is rarely faster than
+  bfloat16, and it needs the scaler that bfloat16 does not). Its exponent range is small:
+  gradients below about 3e-8 round to zero. ``GradScaler`` multiplies the loss by a large factor
   before the backward pass and divides the gradients by it before the step, skipping
   steps whose gradients overflowed and lowering the factor then.
 """
@@ -30,9 +31,10 @@ def check_precision(precision, device) -> None:
     device = torch.device(device)
     if precision == "fp16" and device.type != "cuda":
         raise ValueError(
-            f"precision 'fp16' needs a CUDA device, got {device.type}: float16 gradients "
-            f"need loss scaling, which PyTorch offers for CUDA, and the CPU has no fast "
-            f"float16 arithmetic; use 'bf16' (or 'fp32') on the {device.type}")
+            f"precision 'fp16' needs a CUDA device, got {device.type}: float16 needs a "
+            f"gradient scaler and is rarely faster than bfloat16 off a GPU, while bfloat16 "
+            f"has float32's range and needs none; use 'bf16' (or 'fp32') on the "
+            f"{device.type}")
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError("precision 'bf16' needs a GPU with bfloat16 support "
                          "(Ampere or newer); use 'fp16' on this one")
