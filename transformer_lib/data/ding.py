@@ -1,0 +1,262 @@
+"""The Ding German-English dictionary as a parallel corpus: its full sentences, and its phrases.
+
+Debian's and Ubuntu's package ``trans-de-en`` installs the dictionary of TU Chemnitz (Frank
+Richter, GPL-2.0-or-later) as one text file, ``/usr/share/trans/de-en``. We read it at run time
+and never store any of it. Each line is one entry::
+
+    German | German | ... :: English | English | ...
+
+The parts between `` | `` correspond position by position on the two sides: a headword, its
+forms, phrases with it, and example sentences, e.g. (an abridged real line)::
+
+    Absicht {f} | ... | Das war nicht meine Absicht. :: intention | ... | Such was not my intention.
+
+Within a part, ``;`` separates synonyms, and the rest is annotation: ``{f}``, ``{pl}``, ``{vt}``
+(grammar), ``[Br.]``, ``[ugs.]`` (usage), ``(...)`` (explanations or optional words), ``<...>``
+(search keywords), `` /Abk./`` (abbreviations); ``word/word`` writes alternatives.
+
+How a part becomes one clean pair (``clean_part``):
+
+1. annotations are removed (innermost brackets first, so ``(in (terms of) a unit)`` goes whole);
+2. of the synonyms, the *first* is kept on each side (one pair per part: later synonyms are
+   often variants of the first, and taking all combinations would weigh a part by how many
+   synonyms it has);
+3. ``a/b`` becomes ``a`` (``er/sie hat/hatte`` -> ``er hat``; a trailing ``.`` or ``!`` of the
+   last alternative is kept); a spaced `` / `` (alternatives of unknown extent) drops the word
+   after it, and marks the part as no sentence;
+4. the typographic apostrophe ``’`` becomes ``'`` (the file uses both), spaces are collapsed.
+
+A part is a **sentence pair** (``is_sentence``) when both sides start with a capital letter, a
+digit or an opening quote, end with ``.``, ``?`` or ``!``, have ``min_words`` to ``max_words``
+words, and hold no placeholder (``etw.``, ``jdn.``, ``sth.``, ``sb.``), no ``…`` and no spaced
+slash. Everything else (words, phrases, sentences of other lengths) can be extra training
+material (``phrases=True``), never validation or test.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+import unicodedata
+
+from .._checks import check_bool, check_int
+from .corpus import Corpus, CorpusNotFoundError
+from .splits import normalise_for_split, split_pairs
+
+DING_PATH = "/usr/share/trans/de-en"
+INSTALL_HINT = ("install it with `sudo apt-get install trans-de-en` (Debian/Ubuntu; in Colab "
+                "run `!apt-get install -y trans-de-en` in a cell)")
+
+# While a text is cleaned, the separators " | " and " :: " are held as single characters
+# (_PART, _SIDE) that no pattern below can match, so no annotation or alternative that a typo
+# left open can swallow the next part.
+_PART, _SIDE = "\x01", "\x02"
+_INSIDE = r"[^{}\[\]<>()\n\x01\x02]*"
+_ANNOTATION = re.compile(rf"\{{{_INSIDE}\}}|\[{_INSIDE}\]|<{_INSIDE}>|\({_INSIDE}\)")
+# An abbreviation between slashes after a space: "Minute {f} /Min./" (but not "Dyn/cm2").
+_ABBREVIATION = re.compile(r" /(?![\s/])[^/\n\x01\x02]*?[^\s/]/(?!\S)")
+# A spaced slash and the word after it: "festgehalten / verewigt" -> "festgehalten".
+_SPACED_SLASH = re.compile(r" / +[^\s/]*")
+# Slash alternatives inside a word: "er/sie", "sb./sth.", "meine/r/s."
+_ALTERNATIVES = re.compile(r"(?<!\S)([^\s/]+)((?:/[^\s/]+)+)")
+_STRAY_BRACKET = re.compile(r"[{}\[\]<>]")
+# A variant after a space: "privatisation /privatization." -> "privatisation."
+_VARIANT = re.compile(r" /[^\s/]*?(?=[.,!?]*(?: |$))")
+# What keeps a part from being a sentence: a stray bracket, an ellipsis, a slash with a space
+# beside it (alternatives of unknown extent), or after punctuation ("'Beats me.'/'It's ...'").
+_NOT_CLEAN = re.compile(r"[{}\[\]<>()…]|\.\.\.| /|/ |[.?!'\"“”„]/")
+_PLACEHOLDERS = re.compile(r"(?<!\w)(etw|jdn|jdm|jds|jd|sth|sb)\.", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.?!][\"'“”»«‘’]?$")
+_OPENING_QUOTES = "\"'„“‚‘»«"
+# Patterns that start with a literal character: Python's re then skips quickly to candidates,
+# which keeps the passes over the whole file fast.
+
+
+def _first_alternative(match: re.Match) -> str:
+    first, last = match.group(1), match.group(2).rsplit("/", 1)[1]
+    if first.replace(".", "").isdigit():  # 50/50, 1/2: numbers, not alternatives
+        return match.group(0)
+    end = re.search(r"[.,!?]+$", last)
+    if end and not first.endswith(end.group(0)):
+        first += end.group(0)
+    return first
+
+
+def _clean_text(text: str) -> str:
+    """Step 1 of the module's docstring (and the apostrophe of step 4) on any number of whole
+    lines at once: the whole file is cleaned in a few passes of compiled regular expressions.
+    Spaces are made single, and a space before , . ! ? is dropped."""
+    text = unicodedata.normalize("NFC", text).replace("’", "'").replace("\t", " ")
+    text = text.replace(" | ", f" {_PART} ").replace(" :: ", f" {_SIDE} ")
+    text = _ABBREVIATION.sub(" ", text)
+    while True:
+        stripped = _ANNOTATION.sub(" ", text)
+        if stripped == text:
+            break
+        text = stripped
+    text = re.sub("  +", " ", text)
+    return re.sub(" (?=[,.!?])", "", text)
+
+
+def _first_synonym(part: str) -> tuple[str, bool]:
+    """A cleaned part -> (its first synonym with slash alternatives resolved (steps 2 and 3),
+    whether it is clean enough to be a sentence)."""
+    text = part.split(";", 1)[0].strip()
+    clean = not _NOT_CLEAN.search(text)
+    if "/" in text:
+        text = _VARIANT.sub("", _SPACED_SLASH.sub("", text))
+        text = _ALTERNATIVES.sub(_first_alternative, text)
+    if not clean:
+        text = " ".join(_STRAY_BRACKET.sub(" ", text).split())
+    return text.strip(" /"), clean
+
+
+def _parts(line: str) -> list[tuple[str, str, bool]]:
+    """A cleaned line -> (German, English, clean) per part; [] if it is no entry."""
+    german, separator, english = line.partition(_SIDE)
+    if not separator or line.startswith("#"):
+        return []
+    german_parts, english_parts = german.split(_PART), english.split(_PART)
+    if len(german_parts) != len(english_parts):
+        return []
+    out = []
+    for de_part, en_part in zip(german_parts, english_parts):
+        (de, de_clean), (en, en_clean) = _first_synonym(de_part), _first_synonym(en_part)
+        if de and en:
+            out.append((de, en, de_clean and en_clean))
+    return out
+
+
+def clean_part(part: str) -> tuple[str, bool]:
+    """One side of one ``|``-part -> (its first synonym as clean text, whether it is clean enough
+    to be a sentence: no spaced slash, no stray bracket, no ellipsis).
+
+    >>> clean_part("er/sie hat/hatte verheimlicht {vt} [geh.]; verhehlt")
+    ('er hat verheimlicht', True)
+    """
+    if not isinstance(part, str):
+        raise TypeError(f"part must be a str, got {type(part).__name__}")
+    return _first_synonym(_clean_text(part.replace("\n", " ")))
+
+
+def is_sentence(text: str, min_words: int = 3, max_words: int = 12) -> bool:
+    """Whether a clean text reads as a full sentence of ``min_words`` to ``max_words`` words
+    (see the module's docstring)."""
+    if not text or text[-1] not in ".?!\"'“”»«‘’":
+        return False
+    if not min_words <= len(text.split()) <= max_words:
+        return False
+    start = text.lstrip(_OPENING_QUOTES)[:1]
+    if not (start.isupper() or start.isdigit()):
+        return False
+    return bool(_SENTENCE_END.search(text)) and not _PLACEHOLDERS.search(text)
+
+
+def parse_line(line: str) -> list[tuple[str, str, bool]]:
+    """One line of the file -> a (German, English, clean) triple per ``|``-part; [] for comments,
+    blank lines and lines without `` :: ``. ``clean`` is False when either side is not clean
+    enough to be a sentence (``clean_part``). Parts whose counts differ on the two sides cannot be
+    matched, so such a line gives []."""
+    if not isinstance(line, str):
+        raise TypeError(f"line must be a str, got {type(line).__name__}")
+    line = line.rstrip("\r\n")
+    if not line.strip() or line.startswith("#"):
+        return []
+    return _parts(_clean_text(line.replace("\n", " ")))
+
+
+@functools.lru_cache(maxsize=2)
+def _parse_file(path: str, mtime_ns: int, size: int) -> tuple[str, tuple, dict]:
+    """(version, all parts as (de, en, clean) triples, counts): parsed once per file version
+    (the cache key holds the file's modification time and size). The whole text is cleaned at
+    once, then cut into lines and parts: the same steps as ``parse_line``, 10x faster."""
+    start = time.perf_counter()
+    with open(path, encoding="utf-8") as f:
+        raw = f.read()
+    version = ""
+    for line in raw.splitlines()[:20]:
+        if line.startswith("# Version :: "):
+            version = line.split("::", 1)[1].strip()
+    lines = _clean_text(raw).split("\n")
+    counts = {"lines": len(lines), "entries": 0, "unmatched_lines": 0}
+    parts = []
+    for line in lines:
+        if _SIDE not in line or line.startswith("#"):
+            continue
+        counts["entries"] += 1
+        triples = _parts(line)
+        if not triples:
+            german, _, english = line.partition(_SIDE)
+            counts["unmatched_lines"] += german.count(_PART) != english.count(_PART)
+        parts.extend(triples)
+    counts["parts"] = len(parts)
+    counts["parse_seconds"] = round(time.perf_counter() - start, 2)
+    return version, tuple(parts), counts
+
+
+def ding_version(path: str = DING_PATH) -> str:
+    """The version string of the file (its first line "# Version :: devel 2023-01-30")."""
+    with open(_check_path(path), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# Version :: "):
+                return line.split("::", 1)[1].strip()
+            if not line.startswith("#"):
+                break
+    return ""
+
+
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CorpusNotFoundError(f"the Ding dictionary is not at {path}: {INSTALL_HINT}")
+    return path
+
+
+def load_ding(path=DING_PATH, direction: str = "de-en", phrases: bool = False,
+              min_words: int = 3, max_words: int = 12, fractions: dict | None = None) -> Corpus:
+    """The Ding dictionary's sentence pairs, split by a hash of the source (``split_pairs``).
+
+    ``direction`` is "de-en" or "en-de". ``phrases=True`` adds every other part (words,
+    phrases, sentences outside the length range) as ``extra_train``, except those whose source
+    is, once normalised, a validation or test source. Exact repeats of a pair are dropped.
+    """
+    if direction not in ("de-en", "en-de"):
+        raise ValueError(f"direction must be 'de-en' or 'en-de', got {direction!r}")
+    check_bool("phrases", phrases)
+    check_int("min_words", min_words, minimum=1)
+    check_int("max_words", max_words, minimum=min_words)
+    path = _check_path(path)
+    stat = os.stat(path)
+    version, parts, counts = _parse_file(path, stat.st_mtime_ns, stat.st_size)
+    if not parts:
+        raise ValueError(f"{path} holds no dictionary entries ('German :: English' lines)")
+    flip = direction == "en-de"
+    sentences, others = [], []
+    for de, en, clean in parts:
+        pair = (en, de) if flip else (de, en)
+        if clean and is_sentence(de, min_words, max_words) and is_sentence(en, min_words, max_words):
+            sentences.append(pair)
+        else:
+            others.append(pair)
+    splits = split_pairs(sentences, fractions)
+    extra = []
+    if phrases:
+        held_out = {normalise_for_split(s) for name in ("valid", "test") for s, _ in splits[name]}
+        seen = set(splits["train"])
+        for pair in others:
+            if pair not in seen and normalise_for_split(pair[0]) not in held_out:
+                seen.add(pair)
+                extra.append(pair)
+    src, tgt = direction.split("-")
+    info = {"source": path, "version": version, "direction": direction, "phrases": phrases,
+            "min_words": min_words, "max_words": max_words, "fractions": fractions,
+            "sentence_pairs": sum(len(v) for v in splits.values()),
+            "licence": "GPL-2.0-or-later, (c) Frank Richter, TU Chemnitz", **counts}
+    return Corpus("ding", src, tgt, splits["train"], splits["valid"], splits["test"],
+                  extra_train=extra, info=info)
+
+
+__all__ = ["DING_PATH", "clean_part", "ding_version", "is_sentence", "load_ding", "parse_line"]
