@@ -21,16 +21,20 @@ How a part becomes one clean pair (``clean_part``):
 2. of the synonyms, the *first* is kept on each side (one pair per part: later synonyms are
    often variants of the first, and taking all combinations would weigh a part by how many
    synonyms it has);
-3. ``a/b`` becomes ``a`` (``er/sie hat/hatte`` -> ``er hat``; a trailing ``.`` or ``!`` of the
-   last alternative is kept); a spaced `` / `` (alternatives of unknown extent) drops the word
-   after it, and marks the part as no sentence;
-4. the typographic apostrophe ``’`` becomes ``'`` (the file uses both), spaces are collapsed.
+3. ``a/b`` becomes ``a`` (``er/sie hat/hatte`` -> ``er hat``; a final ``.``, ``?`` or ``!`` of
+   the last alternative is kept; ``50/50`` stays); a variant after a space goes (``colour /color``
+   -> ``colour``), and so does a spaced `` / `` with the word after it. Where an alternative
+   has a space beside its slash, or follows punctuation, its extent is unknown: such a part is
+   marked as no sentence;
+4. Unicode NFC, the typographic apostrophe ``’`` made ``'`` (the file uses both), single spaces,
+   no space before ``, . ! ?``.
 
 A part is a **sentence pair** (``is_sentence``) when both sides start with a capital letter, a
 digit or an opening quote, end with ``.``, ``?`` or ``!``, have ``min_words`` to ``max_words``
-words, and hold no placeholder (``etw.``, ``jdn.``, ``sth.``, ``sb.``), no ``…`` and no spaced
-slash. Everything else (words, phrases, sentences of other lengths) can be extra training
-material (``phrases=True``), never validation or test.
+words, and hold no placeholder (``etw.``, ``jdn.``, ``sth.``, ``sb.``), no ``…`` and no slash of
+unknown extent: 16,748 pairs of 3 to 12 words in the version "devel 2023-01-30". Everything else
+(about 370,000 words, phrases and sentences of other lengths) can be extra training material
+(``phrases=True``), never validation or test.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ import unicodedata
 
 from .._checks import check_bool, check_int
 from .corpus import Corpus, CorpusNotFoundError
-from .splits import normalise_for_split, split_pairs
+from .splits import DEFAULT_FRACTIONS, normalise_for_split, split_pairs
 
 DING_PATH = "/usr/share/trans/de-en"
 INSTALL_HINT = ("install it with `sudo apt-get install trans-de-en` (Debian/Ubuntu; in Colab "
@@ -57,7 +61,7 @@ _ANNOTATION = re.compile(rf"\{{{_INSIDE}\}}|\[{_INSIDE}\]|<{_INSIDE}>|\({_INSIDE
 # An abbreviation between slashes after a space: "Minute {f} /Min./" (but not "Dyn/cm2").
 _ABBREVIATION = re.compile(r" /(?![\s/])[^/\n\x01\x02]*?[^\s/]/(?!\S)")
 # A spaced slash and the word after it: "festgehalten / verewigt" -> "festgehalten".
-_SPACED_SLASH = re.compile(r" / +[^\s/]*")
+_SPACED_SLASH = re.compile(r" / +[^\s/]*?(?=[.,!?]*(?: |$))")
 # Slash alternatives inside a word: "er/sie", "sb./sth.", "meine/r/s."
 _ALTERNATIVES = re.compile(r"(?<!\S)([^\s/]+)((?:/[^\s/]+)+)")
 _STRAY_BRACKET = re.compile(r"[{}\[\]<>]")
@@ -237,7 +241,8 @@ def load_ding(path=DING_PATH, direction: str = "de-en", phrases: bool = False,
     sentences, others = [], []
     for de, en, clean in parts:
         pair = (en, de) if flip else (de, en)
-        if clean and is_sentence(de, min_words, max_words) and is_sentence(en, min_words, max_words):
+        if clean and is_sentence(de, min_words, max_words) and \
+                is_sentence(en, min_words, max_words):
             sentences.append(pair)
         else:
             others.append(pair)
@@ -252,7 +257,8 @@ def load_ding(path=DING_PATH, direction: str = "de-en", phrases: bool = False,
                 extra.append(pair)
     src, tgt = direction.split("-")
     info = {"source": path, "version": version, "direction": direction, "phrases": phrases,
-            "min_words": min_words, "max_words": max_words, "fractions": fractions,
+            "min_words": min_words, "max_words": max_words,
+            "fractions": dict(fractions or DEFAULT_FRACTIONS),
             "sentence_pairs": sum(len(v) for v in splits.values()),
             "licence": "GPL-2.0-or-later, (c) Frank Richter, TU Chemnitz", **counts}
     return Corpus("ding", src, tgt, splits["train"], splits["valid"], splits["test"],

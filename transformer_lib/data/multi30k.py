@@ -40,15 +40,28 @@ def _read_lines(path: str) -> list[str]:
         return [" ".join(unicodedata.normalize("NFC", line).split()) for line in f]
 
 
-def load_multi30k(folder, src_lang: str = "de", tgt_lang: str = "en") -> Corpus:
+def load_multi30k(folder=None, src_lang: str = "de", tgt_lang: str = "en", *,
+                  path=None) -> Corpus:
     """Multi30k's train/valid/test pairs from ``folder`` (see the module's docstring for the
-    file names). A missing file raises ``CorpusNotFoundError`` naming every missing file and
-    where to get it; files of one split with different line counts raise ``ValueError``."""
+    file names; ``path=`` is another name for it, as the other corpora are found by ``path``).
+    A missing file raises ``CorpusNotFoundError`` naming every missing file and where to get
+    it; files of one split with different line counts raise ``ValueError``."""
+    if folder is None and path is None:
+        raise TypeError("load_multi30k needs the folder of the Multi30k files")
+    if folder is not None and path is not None:
+        raise TypeError("give the Multi30k folder once, as folder= or as path=")
+    folder = path if folder is None else folder
     if not isinstance(folder, (str, os.PathLike)):
         raise TypeError(f"folder must be a str or a path, got {type(folder).__name__}")
+    if not os.path.isdir(folder):
+        raise CorpusNotFoundError(
+            f"no Multi30k folder at {os.fspath(folder)}: download the files from "
+            f"{MULTI30K_URL} (train, val and test_2016_flickr, .{src_lang} and .{tgt_lang}, "
+            f"gzipped or not) into one folder")
     for lang in (src_lang, tgt_lang):
         if not isinstance(lang, str) or not lang:
-            raise ValueError(f"src_lang and tgt_lang must be language codes like 'de', got {lang!r}")
+            raise ValueError(f"src_lang and tgt_lang must be language codes like 'de', "
+                             f"got {lang!r}")
     if src_lang == tgt_lang:
         raise ValueError(f"src_lang and tgt_lang must differ, got {src_lang!r} for both")
     folder = os.fspath(folder)

@@ -21,12 +21,14 @@ digits, common punctuation), which every vocabulary holds.
 from __future__ import annotations
 
 import json
+import re
 
 from .._checks import check_int
 from .bpe import _tokenizers
 from .vocab import SPECIALS
 
 SPACE = "▁"  # U+2581, SentencePiece's visible space
+_SPACES = re.compile(" {2,}")
 # Characters every vocabulary holds, seen in training or not.
 BASE_ALPHABET = sorted(set(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -141,11 +143,12 @@ class SubwordTokenizer:
 
     def decode(self, ids) -> str:
         """Ids -> text: stops at the first <eos>, skips <pad>, <bos> and <unk>, and joins the
-        pieces (a list of ints, or a 1-D tensor)."""
+        pieces (a list of ints, or a 1-D tensor). Spaces stay single where an <unk> was."""
         ids = self._ids(ids)
         if self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
+        text = self._tokenizer.decode(ids, skip_special_tokens=True)
+        return _SPACES.sub(" ", text).strip()
 
     def decode_batch(self, batch) -> list[str]:
         """``decode`` for each row of a (B, L) tensor or a list of id lists."""

@@ -11,7 +11,7 @@ import unicodedata
 
 from .._checks import check_int
 from .corpus import Corpus, CorpusNotFoundError
-from .splits import split_pairs
+from .splits import DEFAULT_FRACTIONS, split_pairs
 
 
 def read_tsv_pairs(path, src_col: int = 0, tgt_col: int = 1) -> tuple[list[tuple[str, str]], int]:
@@ -63,8 +63,8 @@ def load_tsv(path, src_col: int = 0, tgt_col: int = 1, src_lang: str = "src",
                          f"{src_col} and {tgt_col})")
     splits = split_pairs(pairs, fractions)
     info = {"source": os.path.abspath(path), "version": "", "src_col": src_col,
-            "tgt_col": tgt_col, "fractions": fractions, "lines_with_pairs": len(pairs),
-            "skipped_lines": skipped}
+            "tgt_col": tgt_col, "fractions": dict(fractions or DEFAULT_FRACTIONS),
+            "lines_with_pairs": len(pairs), "skipped_lines": skipped}
     name = name or os.path.splitext(os.path.basename(path))[0]
     return Corpus(name, src_lang, tgt_lang, splits["train"], splits["valid"], splits["test"],
                   info=info)
