@@ -17,6 +17,7 @@ from transformer_lib.examples import (
     number_words,
     save_checkpoint,
 )
+from transformer_lib.translate import checkpoints
 
 TINY = dict(
     d_model=8,
@@ -124,7 +125,7 @@ def test_cli_refuses_an_unwritable_folder(no_work, capsys, tmp_path, monkeypatch
         def denied(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(number_words.tempfile, "mkstemp", denied)
+        monkeypatch.setattr(checkpoints.tempfile, "mkstemp", denied)
     try:
         code, err = _run_cli(["--out", str(folder / "m.pt")], capsys)
     finally:

@@ -17,6 +17,7 @@ from transformer_lib.checkpoint import atomic_save
 from transformer_lib.data import BucketBatcher, NumberWordsData
 from transformer_lib.examples import number_words as nw
 from transformer_lib.stopping import StopFlag
+from transformer_lib.translate import trainer
 
 from conftest import kill_tree
 
@@ -117,8 +118,8 @@ def test_sigterm_in_the_middle_of_training_stops_after_that_step(data, whole_run
 
 def _train_with_callback(settings, stop, callback):
     """train_number_words with an extra callback after each logged step (it has none of
-    its own besides validation): wrap the library's train()."""
-    original = nw.train
+    its own besides validation): wrap the library's train(), as the shared trainer calls it."""
+    original = trainer.train
 
     def train(*args, **kwargs):
         validate = kwargs["callback"]
@@ -128,11 +129,11 @@ def _train_with_callback(settings, stop, callback):
             callback(step, history)
         return original(*args, **{**kwargs, "callback": both})
 
-    nw.train = train
+    trainer.train = train
     try:
         return nw.train_number_words("de", stop=stop, **settings)
     finally:
-        nw.train = original
+        trainer.train = original
 
 
 def test_resume_refuses_other_settings(data, tmp_path):

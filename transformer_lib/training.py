@@ -206,20 +206,23 @@ class RunClock:
     same rate, and a time budget ends at the same step on every rank.
     """
 
-    def __init__(self, used: float = 0.0):
+    def __init__(self, used: float = 0.0, timer=time.perf_counter):
         check_number("used", used, 0.0)
+        if not callable(timer):
+            raise TypeError(f"timer must be callable, got {type(timer).__name__}")
         self.used = float(used)
+        self.timer = timer  # time.perf_counter (wall), or time.process_time (CPU time)
         self.agreed: float | None = None
         self._start: float | None = None
 
     def start(self) -> None:
-        self._start = time.perf_counter()
+        self._start = self.timer()
 
     def local(self) -> float:
         """This process's own reading."""
         if self._start is None:
             return self.used
-        return self.used + time.perf_counter() - self._start
+        return self.used + self.timer() - self._start
 
     def __call__(self) -> float:
         return self.agreed if self.agreed is not None else self.local()

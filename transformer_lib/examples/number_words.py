@@ -40,20 +40,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
-import pickle
-import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .. import distributed
 from .._checks import check_device, check_instance, check_positive_int
-from ..checkpoint import TRAINING_STATE_VERSION, atomic_save, restore_training, training_state
+from ..checkpoint import TRAINING_STATE_VERSION, atomic_save
 from ..data import BOS, EOS, NumberWordsData, Vocab, pad_sequences, target_tokenizer, tokenize_words
 from ..data.numbers import split_numbers
 from ..data.tokenize import tokenizer_inventory
@@ -61,7 +56,17 @@ from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..precision import PRECISIONS, check_precision, grad_scaler
 from ..stopping import StopFlag
-from ..training import RunClock, noam_lr, train
+from ..translate.arguments import check_device_args, int_at_least, positive_float
+from ..translate.checkpoints import check_output_path, read_checkpoint, to_cpu
+from ..translate.trainer import (  # noqa: F401 (names of this module's interface)
+    EXIT_STOPPED,
+    LinearDecay,
+    ResumeMismatch,
+    check_batch_size,
+    check_resumable,
+    fit,
+    make_optimizer,
+)
 from ..utils import get_device, set_seed
 
 CHECKPOINT_FORMAT = "transformer_lib.number_words/1"
@@ -113,57 +118,6 @@ def build_model(data: NumberWordsData, **overrides) -> NumberTranslator:
     return NumberTranslator(data.src_vocab, data.tgt_vocab, data.lang, data.scheme,
                             tokenizer_inventory(data.tgt_tokenizer),
                             max_target_len=longest + 8, **config)
-
-
-class LinearDecay:
-    """A learning-rate schedule for ``LambdaLR`` that ends with the budget: eq. 3's
-    warm-up times ``lr_factor`` up to its peak at step ``warmup``, then a straight line
-    down to zero where the budget ends, after ``steps`` updates or ``seconds`` on
-    ``clock``, whichever comes first.
-
-    A budget in seconds is a number of steps that nobody knows in advance (it depends on
-    the machine), so the line is drawn in time: the clock starts at the first call (when
-    ``LambdaLR`` is built), and the rate falls with the fraction of the budget used.
-    """
-
-    def __init__(self, d_model: int, lr_factor: float, warmup: int,
-                 steps: int | None = None, seconds: float | None = None,
-                 clock=time.perf_counter):
-        if steps is None and seconds is None:
-            raise ValueError("LinearDecay needs a budget: steps or seconds (or both)")
-        self.peak = lr_factor * noam_lr(warmup, d_model, warmup)
-        self.warmup, self.steps, self.seconds = warmup, steps, seconds
-        self.clock, self.start = clock, None
-
-    def used(self, step: int) -> float:
-        """Fraction of the budget used after ``step`` updates (0 to 1)."""
-        if self.start is None:
-            self.start = self.clock()
-        fractions = [step / self.steps] if self.steps else []
-        if self.seconds:
-            fractions.append((self.clock() - self.start) / self.seconds)
-        return min(max(fractions), 1.0)
-
-    def __call__(self, step: int) -> float:
-        # LambdaLR passes the updates done so far; the coming update is number step + 1.
-        warm = min(1.0, (step + 1) / self.warmup)
-        return self.peak * warm * (1.0 - self.used(step))
-
-
-def make_optimizer(model, lr_factor: float = 1.0, warmup: int = 200,
-                   steps: int | None = None, seconds: float | None = None):
-    """Adam with the paper's betas and eps. Without a budget, eq. 3's schedule times
-    ``lr_factor``; with one (``steps`` and/or ``seconds``), its warm-up and peak, then
-    ``LinearDecay`` to zero where the budget ends."""
-    d_model = model.config["d_model"]
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    if steps is None and seconds is None:
-        def schedule(step):
-            return lr_factor * noam_lr(step + 1, d_model, warmup)
-    else:
-        schedule = LinearDecay(d_model, lr_factor, warmup, steps, seconds)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    return optimizer, scheduler
 
 
 @dataclass
@@ -237,26 +191,9 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
                batch_size=batch_size, lr_factor=lr_factor, warmup=warmup,
                label_smoothing=label_smoothing, decay=decay, model=dict(model.config),
                accumulate=accumulate, precision=precision, data=data_fingerprint(data))
-    budget = dict(steps=steps, seconds=max_seconds) if decay == "linear" else {}
-    optimizer, scheduler = make_optimizer(model, lr_factor, warmup, **budget)
-    clock = RunClock()  # seconds of training, across interruptions
-    schedule = scheduler.lr_lambdas[0]
-    if isinstance(schedule, LinearDecay):  # a time budget runs on the run's clock
-        schedule.clock, schedule.start = clock, 0.0
     scaler = grad_scaler(precision, device)
     batcher = data.batches(batch_size, seed=seed, device=device)
-    if world.rank > 0:  # dropout: each rank draws its own masks
-        torch.manual_seed(int(np.random.SeedSequence([seed, world.rank]).generate_state(1)[0]))
-    start_step, past = 0, {}
-    if resume is not None:
-        check_resumable(resume, run)
-        model.load_state_dict(resume["state_dict"])
-        saved = resume["training"]
-        exact = restore_training(saved, optimizer, scheduler, scaler, batcher, world)
-        if not exact and world.is_main:
-            print(f"note: resumed on {world.size} processes, saved on {len(saved['rng'])}: "
-                  f"the run continues with the same batches and schedule, but not bit for bit")
-        start_step, clock.used, past = saved["step"], saved["seconds"], saved["history"]
+    past = resume["training"]["history"] if resume is not None else {}
     history_extra = {"valid_step": list(past.get("valid_step", [])),
                      "valid_exact": list(past.get("valid_exact", []))}
 
@@ -266,35 +203,16 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
             history_extra["valid_step"].append(step)
             history_extra["valid_exact"].append(exact_match(model, data, "valid")["exact_match"])
 
-    history = train(distributed.wrap(model, world),
-                    distributed.micro_batches(batcher, world, accumulate, Vocab.pad_id),
-                    optimizer, scheduler, max_steps=steps, max_seconds=max_seconds,
-                    label_smoothing=label_smoothing, progress=progress and world.is_main,
-                    log_every=log_every, callback=validate, accumulate=accumulate,
-                    precision=precision, scaler=scaler, start_step=start_step, clock=clock,
-                    stop=stop)
-    history = {key: list(past.get(key, [])) + values for key, values in history.items()}
-    history.update(history_extra)
-    step = history["step"][-1] if history["step"] else start_step
-    metrics = {"train_seconds": clock(), "steps": step}
-    stopped = stop is not None and stop.stopped
-    state = {**training_state(model, optimizer, scheduler, scaler, batcher, step, clock(),
-                              history), "run": run}
+    done = fit(model, batcher, run, steps=steps, max_seconds=max_seconds, lr_factor=lr_factor,
+               warmup=warmup, decay=decay, label_smoothing=label_smoothing, seed=seed,
+               world=world, accumulate=accumulate, precision=precision, scaler=scaler,
+               resume=resume, stop=stop, progress=progress, log_every=log_every,
+               callback=validate, extra_history=history_extra)
+    history, metrics, state, stopped = done.history, done.metrics, done.training, done.stopped
     if evaluate_test and world.is_main and not stopped:
         metrics["test_exact_match"] = exact_match(model, data, "test")["exact_match"]
     model.eval()
     return TrainResult(model, data, history, metrics, training=state, stopped=stopped)
-
-
-def check_batch_size(batch_size: int, processes: int, accumulate: int) -> None:
-    """Raise ValueError unless each of the ``processes * accumulate`` micro-batches of a
-    step can get at least one example."""
-    check_positive_int("batch_size", batch_size)
-    if batch_size < processes * accumulate:
-        raise ValueError(
-            f"batch_size={batch_size} is the whole step's batch, cut into {processes} "
-            f"process(es) x {accumulate} micro-batch(es): it must be at least "
-            f"{processes * accumulate}")
 
 
 def data_fingerprint(data: NumberWordsData) -> str:
@@ -305,22 +223,6 @@ def data_fingerprint(data: NumberWordsData) -> str:
         digest.update(tensor.cpu().numpy().tobytes())
     digest.update("\n".join(data.src_vocab.itos + data.tgt_vocab.itos).encode())
     return digest.hexdigest()[:16]
-
-
-class ResumeMismatch(ValueError):
-    """A checkpoint cannot be resumed with these settings (``check_resumable``)."""
-
-
-def check_resumable(checkpoint: dict, run: dict) -> None:
-    """Raise ResumeMismatch (a ValueError) unless ``checkpoint`` (``load_resumable``) was
-    saved by a run with the settings ``run``: a run continues only with the settings it
-    started with."""
-    saved = checkpoint["training"].get("run", {})
-    different = [f"{key}: saved {saved.get(key)!r}, now {value!r}"
-                 for key, value in run.items() if saved.get(key) != value]
-    if different:
-        raise ResumeMismatch("the checkpoint was saved by a run with other settings, so "
-                             "it cannot be continued with these: " + "; ".join(different))
 
 
 @torch.no_grad()
@@ -464,19 +366,8 @@ def save_checkpoint(model: NumberTranslator, path, metrics: dict | None = None,
         "metrics": {k: float(v) for k, v in (metrics or {}).items()},
     }
     if training is not None:
-        state["training"] = _to_cpu(training)
+        state["training"] = to_cpu(training)
     return atomic_save(state, path)
-
-
-def _to_cpu(value):
-    """``value`` with every tensor inside (dicts, lists, tuples) moved to the CPU."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
 
 
 _CHECKPOINT_KEYS = ("config", "state_dict", "src_vocab", "tgt_vocab", "lang", "scheme",
@@ -557,76 +448,7 @@ def load_resumable(path) -> dict:
 
 def _read_checkpoint(path: str):
     """``torch.load(path, weights_only=True)``, each failure made one clear error."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path!r}: the file does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"{path!r} is a folder, not a checkpoint file")
-    if os.path.getsize(path) == 0:
-        raise ValueError(
-            f"checkpoint {path!r} is empty (0 bytes): was its saving interrupted?")
-    try:
-        with warnings.catch_warnings():  # e.g. about a foreign file's pickle protocol
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except PermissionError:
-        raise PermissionError(
-            f"cannot read checkpoint {path!r}: permission denied") from None
-    except pickle.UnpicklingError as error:
-        # PyTorch's message here advises loading with weights_only=False, which runs any
-        # code the file holds: never pass that on. A number-words checkpoint needs none.
-        if "unsupported global" in str(error).lower():
-            raise ValueError(f"{path!r} is not a number-words checkpoint: it holds "
-                             f"Python objects other than tensors and plain values, and "
-                             f"is refused (loading them could run code)") from None
-        raise ValueError(f"{path!r} is not a readable checkpoint: damaged or not a "
-                         f"PyTorch file") from None
-    except Exception:  # a damaged file: KeyError, OSError, EOFError, RuntimeError, ...
-        raise ValueError(f"{path!r} is not a readable checkpoint: truncated, damaged "
-                         f"or not a PyTorch file") from None
-
-
-def _int_at_least(minimum: int):
-    """An argparse type: an int >= ``minimum`` (argparse names the option)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    """An argparse type: a finite float > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def check_output_path(path: str) -> None:
-    """Raise ValueError unless a checkpoint can be written to ``path``: not a folder, in
-    a folder that exists and that we may write to (tried with a temporary file, which is
-    removed)."""
-    if os.path.isdir(path):
-        raise ValueError(f"{path!r} is a folder; give a file name such as "
-                         f"{os.path.join(path, 'model.pt')!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        what = "is not a folder" if os.path.exists(folder) else "does not exist"
-        raise ValueError(f"the folder {folder!r} of {path!r} {what}; create it first")
-    try:
-        handle, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-probe-")
-    except OSError as error:
-        raise ValueError(
-            f"cannot write to the folder {folder!r}: {error.strerror}") from None
-    os.close(handle)
-    os.remove(probe)
+    return read_checkpoint(path, "a number-words checkpoint")
 
 
 def _check_args(parser: argparse.ArgumentParser, args) -> None:
@@ -635,21 +457,7 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
         split_numbers(args.test_size, max(1, args.test_size // 4), args.seed)
     except ValueError as error:
         parser.error(f"argument --test-size: {error}")
-    try:
-        device = torch.device(args.device) if args.device is not None else None
-    except RuntimeError:
-        parser.error(f"argument --device: expected a device such as cpu or cuda, "
-                     f"got {args.device!r}")
-    mps = getattr(torch.backends, "mps", None)
-    available = {"cuda": torch.cuda.is_available(),
-                 "mps": mps is not None and mps.is_available()}
-    if device is not None and not available.get(device.type, True):
-        parser.error(f"argument --device: {args.device} was asked for, but "
-                     f"{device.type.upper()} is not available")
-    try:
-        check_precision(args.precision, device or get_device())
-    except ValueError as error:
-        parser.error(f"argument --precision: {error}")
+    check_device_args(parser, args)
 
 
 def _check_world_args(parser: argparse.ArgumentParser, args, world) -> dict | None:
@@ -673,9 +481,6 @@ def _check_world_args(parser: argparse.ArgumentParser, args, world) -> dict | No
         parser.error(f"argument --resume: {error}")
 
 
-EXIT_STOPPED = 75  # EX_TEMPFAIL: not a failure; the same command with --resume continues
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_lib.examples.number_words",
@@ -686,9 +491,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"SIGTERM or Ctrl-C stops the run after the current step: it saves a "
                f"resumable checkpoint at --out and exits with status {EXIT_STOPPED}; the "
                f"same command with --resume OUT finishes the run.")
-    positive, non_negative = _int_at_least(1), _int_at_least(0)
+    positive, non_negative = int_at_least(1), int_at_least(0)
     parser.add_argument("--lang", choices=("de", "fr"), default="de")
-    parser.add_argument("--minutes", type=_positive_float, default=None,
+    parser.add_argument("--minutes", type=positive_float, default=None,
                         help="training time budget")
     parser.add_argument("--steps", type=positive, default=None,
                         help="training steps (default: 1000 if --minutes is not given)")
@@ -701,7 +506,7 @@ def _parser() -> argparse.ArgumentParser:
                         default=TRAIN_CONFIG["batch_size"],
                         help="examples per optimizer step, all processes and "
                              "micro-batches together")
-    parser.add_argument("--lr-factor", type=_positive_float,
+    parser.add_argument("--lr-factor", type=positive_float,
                         default=TRAIN_CONFIG["lr_factor"])
     parser.add_argument("--warmup", type=positive, default=TRAIN_CONFIG["warmup"])
     parser.add_argument("--seed", type=non_negative, default=0)

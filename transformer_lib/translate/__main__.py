@@ -1,0 +1,295 @@
+"""One command for every corpus::
+
+    python -m transformer_lib.translate train --corpus ding --minutes 10 --out ding.pt
+    python -m transformer_lib.translate translate ding.pt "Wie spät ist es?"
+    echo "Das ist gut." | python -m transformer_lib.translate translate ding.pt
+    python -m transformer_lib.translate evaluate ding.pt --beam 4
+    python -m transformer_lib.translate average avg.pt a.pt b.pt c.pt
+
+``train`` runs under torchrun as ``number_words`` does (``torchrun --standalone
+--nproc_per_node 2 -m transformer_lib.translate train ...``); SIGTERM or Ctrl-C stops it
+after the current step with a resumable checkpoint (exit status 75), and the same command
+with ``--resume OUT`` finishes the run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+from .. import distributed
+from ..precision import PRECISIONS
+from ..stopping import StopFlag
+from .arguments import check_device_args, int_at_least, positive_float
+from .checkpoints import (
+    average_checkpoints,
+    check_output_path,
+    load_resumable,
+    load_translator,
+    read_checkpoint,
+    save_translator,
+)
+from .evaluate import evaluate, report
+from .pipeline import train_corpus
+from .presets import PRESETS, RECIPE
+from .search import translate_texts
+from .trainer import EXIT_STOPPED, ResumeMismatch, check_batch_size
+
+CORPORA = ("ding", "tsv", "multi30k", "number-words")
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a float in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer_lib.translate",
+        description="Train a Transformer on a parallel corpus, translate with it, score it "
+                    "with sacreBLEU.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    positive, non_negative = int_at_least(1), int_at_least(0)
+
+    train = commands.add_parser(
+        "train", help="train a model on a corpus",
+        epilog=f"SIGTERM or Ctrl-C stops the run after the current step: it saves a "
+               f"resumable checkpoint at --out and exits with status {EXIT_STOPPED}; the "
+               f"same command with --resume OUT finishes the run.")
+    train.add_argument("--corpus", choices=CORPORA, default="ding",
+                       help="ding (default: /usr/share/trans/de-en, package trans-de-en), "
+                            "tsv (--path FILE), multi30k (--path FOLDER), number-words")
+    train.add_argument("--path", default=None, help="the corpus file or folder")
+    train.add_argument("--out", default=None, help="checkpoint path (default: CORPUS.pt)")
+    train.add_argument("--minutes", type=positive_float, default=None,
+                       help="time budget, on --clock")
+    train.add_argument("--steps", type=positive, default=None,
+                       help="training steps (default: 1000 if --minutes is not given)")
+    train.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                       help="what --minutes counts: wall-clock time, or the process's CPU "
+                            "time (all its threads together; neighbours do not count)")
+    train.add_argument("--preset", choices=sorted(PRESETS), default=RECIPE["preset"])
+    train.add_argument("--vocab-size", type=int_at_least(8), default=RECIPE["vocab_size"],
+                       help="joint BPE vocabulary size")
+    train.add_argument("--extra-pairs", type=int_at_least(-1), default=RECIPE["extra_pairs"],
+                       help="word/phrase pairs drawn from the corpus's extra training "
+                            "material (Ding: ~390k); -1: all")
+    train.add_argument("--batch-size", type=positive, default=RECIPE["batch_size"],
+                       help="sentence pairs per optimizer step, all processes and "
+                            "micro-batches together")
+    train.add_argument("--lr-factor", type=positive_float, default=RECIPE["lr_factor"])
+    train.add_argument("--warmup", type=positive, default=RECIPE["warmup"])
+    train.add_argument("--decay", choices=("linear", "noam"), default=RECIPE["decay"])
+    train.add_argument("--dropout", type=_fraction, default=RECIPE["dropout"])
+    train.add_argument("--label-smoothing", type=_fraction, default=RECIPE["label_smoothing"])
+    train.add_argument("--word-dropout", type=_fraction, default=RECIPE["word_dropout"])
+    train.add_argument("--norm-first", type=_bool, default=RECIPE["norm_first"],
+                       help="pre-norm (true, default) or the paper's post-norm (false)")
+    train.add_argument("--average", type=positive, default=1, metavar="K",
+                       help="average the last K snapshots of the weights (paper 6.1)")
+    train.add_argument("--snapshot-every", type=positive, default=200, metavar="STEPS",
+                       help="steps between snapshots for --average")
+    train.add_argument("--seed", type=non_negative, default=0)
+    train.add_argument("--deterministic", type=_bool, default=None,
+                       help="deterministic algorithms (default: on the CPU yes, on CUDA no)")
+    train.add_argument("--threads", type=positive, default=None,
+                       help="torch CPU threads per process (default: torch's)")
+    train.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
+    train.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    train.add_argument("--accumulate", type=positive, default=1,
+                       help="micro-batches per optimizer step (gradient accumulation)")
+    train.add_argument("--resume", default=None, metavar="PATH",
+                       help="continue the run saved in this checkpoint (same settings)")
+    train.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
+                       help="stop as if signalled once this many steps are done")
+    train.add_argument("--beam", type=positive, default=1,
+                       help="beam size for the test score printed at the end")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    tr = commands.add_parser("translate", help="translate text (arguments, or stdin lines)")
+    tr.add_argument("checkpoint")
+    tr.add_argument("text", nargs="*", help="sentences (default: one per line of stdin)")
+    tr.add_argument("--beam", type=positive, default=1)
+    tr.add_argument("--length-penalty", type=float, default=0.6)
+    tr.add_argument("--device", default=None)
+
+    ev = commands.add_parser("evaluate",
+                             help="BLEU and chrF (sacreBLEU, signatures) on a split")
+    ev.add_argument("checkpoint")
+    ev.add_argument("--split", choices=("test", "valid"), default="test")
+    ev.add_argument("--path", default=None,
+                    help="the corpus file or folder (default: where it was trained from)")
+    ev.add_argument("--beam", type=positive, default=1)
+    ev.add_argument("--length-penalty", type=float, default=0.6)
+    ev.add_argument("--device", default=None)
+
+    av = commands.add_parser("average", help="average the weights of checkpoints (paper 6.1)")
+    av.add_argument("out")
+    av.add_argument("checkpoints", nargs="+")
+    return parser
+
+
+def load_corpus_for(name: str, path: str | None, parser=None):
+    """``transformer_lib.data.load_corpus`` with the command line's options; a missing or
+    bad corpus is a command-line error naming what to do."""
+    from ..data import load_corpus
+
+    options = {} if path is None else {"path": path}
+    try:
+        return load_corpus(name, **options)
+    except (OSError, ValueError) as error:
+        if parser is None:
+            raise
+        parser.error(f"corpus {name!r}: {error}")
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "train":
+        return _train(parser, args)
+    if args.command == "translate":
+        return _translate(parser, args)
+    if args.command == "evaluate":
+        return _evaluate(parser, args)
+    return _average(parser, args)
+
+
+def _load(parser, path, device=None):
+    try:
+        return load_translator(path, device)
+    except (OSError, ValueError) as error:
+        parser.error(f"argument checkpoint: {error}")
+
+
+def _translate(parser, args) -> int:
+    model = _load(parser, args.checkpoint, args.device)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    texts = [t for t in texts if t.strip()]
+    for line in translate_texts(model, texts, args.beam, args.length_penalty):
+        print(line)
+    return 0
+
+
+def _evaluate(parser, args) -> int:
+    model = _load(parser, args.checkpoint, args.device)
+    name = model.corpus.get("name")
+    path = args.path or model.corpus.get("info", {}).get("path")
+    corpus = load_corpus_for(name, path, parser)
+    result = evaluate(model, corpus.split(args.split), args.beam, args.length_penalty)
+    print(f"{name} {args.split} split:")
+    print(report(result))
+    return 0
+
+
+def _average(parser, args) -> int:
+    try:
+        check_output_path(args.out)
+        model = _load(parser, args.checkpoints[-1])
+        model.load_state_dict(average_checkpoints(args.checkpoints))
+        metrics = read_checkpoint(args.checkpoints[-1]).get("metrics", {})
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    save_translator(model, args.out, {**metrics, "averaged": len(args.checkpoints)})
+    print(f"saved {args.out}: the mean of {len(args.checkpoints)} checkpoints")
+    return 0
+
+
+def _train(parser, args) -> int:
+    args.out = args.out or f"{args.corpus}.pt"
+    check_device_args(parser, args)
+    stop = StopFlag(after=args.stop_after)
+    with stop.catch_signals():  # from here on, SIGTERM and Ctrl-C end with a checkpoint
+        try:
+            world = distributed.setup(args.device)
+        except ValueError as error:
+            parser.error(f"argument --device: {error}")
+        try:
+            return _train_world(parser, args, world, stop)
+        finally:
+            distributed.teardown()
+
+
+def _train_world(parser, args, world, stop) -> int:
+    try:
+        check_batch_size(args.batch_size, world.size, args.accumulate)
+    except ValueError as error:
+        parser.error(f"argument --batch-size: {error}")
+    if world.is_main:
+        try:
+            check_output_path(args.out)
+        except ValueError as error:
+            parser.error(f"argument --out: {error}")
+    resume = None
+    if args.resume is not None:
+        try:
+            resume = load_resumable(args.resume)
+        except (OSError, ValueError) as error:
+            parser.error(f"argument --resume: {error}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    say = print if world.is_main else (lambda *values, **options: None)
+    start = time.perf_counter()
+    corpus = load_corpus_for(args.corpus, args.path, parser)
+    say(f"corpus {corpus.name}: {len(corpus.train)} training, {len(corpus.valid)} "
+        f"validation, {len(corpus.test)} test pairs ({time.perf_counter() - start:.1f} s)")
+    steps = args.steps if args.steps is not None or args.minutes is not None else 1000
+    seconds = args.minutes * 60 if args.minutes is not None else None
+    try:
+        result = train_corpus(
+            corpus, steps=steps, max_seconds=seconds, clock=args.clock, preset=args.preset,
+            vocab_size=args.vocab_size, extra_pairs=args.extra_pairs, seed=args.seed,
+            deterministic=args.deterministic, batch_size=args.batch_size,
+            lr_factor=args.lr_factor, warmup=args.warmup, decay=args.decay,
+            dropout=args.dropout, label_smoothing=args.label_smoothing,
+            word_dropout=args.word_dropout, norm_first=args.norm_first,
+            average=args.average, snapshot_every=args.snapshot_every, device=args.device,
+            world=world, accumulate=args.accumulate, precision=args.precision,
+            resume=resume, stop=stop, progress=world.is_main and not args.no_progress)
+    except ResumeMismatch as error:
+        parser.error(f"argument --resume: {error}")
+    code = _finish(args, result, corpus, stop) if world.is_main else 0
+    return distributed.broadcast_object(code)  # every rank exits as rank 0 does
+
+
+def _finish(args, result, corpus, stop) -> int:
+    """Rank 0, after training: save; unless stopped, score the test split and show."""
+    model, metrics = result.model, result.metrics
+    if args.path is not None:  # evaluate finds the corpus where training did
+        model.corpus["info"] = {**model.corpus.get("info", {}),
+                                "path": os.path.abspath(args.path)}
+    if result.stopped or stop.requested:
+        out = save_translator(model, args.out, metrics, training=result.training)
+        print(f"stopped after step {metrics['steps']}: saved the resumable checkpoint "
+              f"{out}; to finish, run the same command with --resume {out}")
+        return EXIT_STOPPED
+    print(f"trained {metrics['steps']} steps in {metrics['train_seconds']:.1f} s "
+          f"({args.clock} clock) on {next(model.parameters()).device}")
+    scores = evaluate(model, corpus.test, beam_size=args.beam)
+    metrics.update(test_bleu=scores["bleu"], test_chrf=scores["chrf"])
+    out = save_translator(model, args.out, metrics, training=result.training)
+    print(f"{corpus.name} test split:")
+    print(report(scores))
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

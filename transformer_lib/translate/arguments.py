@@ -1,0 +1,54 @@
+"""Argument types and checks shared by the command lines (``translate``, ``number_words``)."""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from ..precision import check_precision
+from ..utils import get_device
+
+
+def int_at_least(minimum: int):
+    """An argparse type: an int >= ``minimum`` (argparse names the option)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def check_device_args(parser: argparse.ArgumentParser, args) -> None:
+    """``--device`` names a device that is there, and ``--precision`` suits it (exit status
+    2 with the option's name otherwise, before any work)."""
+    try:
+        device = torch.device(args.device) if args.device is not None else None
+    except RuntimeError:
+        parser.error(f"argument --device: expected a device such as cpu or cuda, "
+                     f"got {args.device!r}")
+    mps = getattr(torch.backends, "mps", None)
+    available = {"cuda": torch.cuda.is_available(),
+                 "mps": mps is not None and mps.is_available()}
+    if device is not None and not available.get(device.type, True):
+        parser.error(f"argument --device: {args.device} was asked for, but "
+                     f"{device.type.upper()} is not available")
+    try:
+        check_precision(args.precision, device or get_device())
+    except ValueError as error:
+        parser.error(f"argument --precision: {error}")
