@@ -9,3 +9,14 @@ train|translate|evaluate``.
 - ``evaluate``: sacreBLEU's BLEU and chrF on a split, with their signatures;
 - ``checkpoints``: safe reading, and the average of the last K checkpoints (paper 6.1).
 """
+from .checkpoints import average_checkpoints, average_state_dicts, load_translator, save_translator
+from .evaluate import evaluate, exact_matches, report, score
+from .pipeline import CorpusResult, train_corpus, train_cpu_budget
+from .presets import PRESETS, RECIPE
+from .search import translate_texts
+from .translator import Translator, build_translator
+
+__all__ = ["PRESETS", "RECIPE", "CorpusResult", "Translator", "average_checkpoints",
+           "average_state_dicts", "build_translator", "evaluate", "exact_matches",
+           "load_translator", "report", "save_translator", "score", "train_corpus",
+           "train_cpu_budget", "translate_texts"]

@@ -77,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="ding (default: /usr/share/trans/de-en, package trans-de-en), "
                             "tsv (--path FILE), multi30k (--path FOLDER), number-words")
     train.add_argument("--path", default=None, help="the corpus file or folder")
+    train.add_argument("--src-col", type=int_at_least(0), default=0,
+                       help="tsv: the source column (0 is the first)")
+    train.add_argument("--tgt-col", type=int_at_least(0), default=1,
+                       help="tsv: the target column")
+    train.add_argument("--src-lang", default=None,
+                       help="tsv: the source language's name; multi30k: its code (de)")
+    train.add_argument("--tgt-lang", default=None,
+                       help="tsv: the target language's name; multi30k: its code (en)")
     train.add_argument("--out", default=None, help="checkpoint path (default: CORPUS.pt)")
     train.add_argument("--minutes", type=positive_float, default=None,
                        help="time budget, on --clock")
@@ -146,15 +154,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_corpus_for(name: str, path: str | None, parser=None):
-    """``transformer_lib.data.load_corpus`` with the command line's options; a missing or
-    bad corpus is a command-line error naming what to do."""
+def corpus_options(args) -> dict:
+    """``load_corpus`` options from the command line (plain values, kept in the checkpoint
+    so that ``evaluate`` reads the same corpus)."""
+    path = os.path.abspath(args.path) if args.path is not None else None
+    langs = {key: value for key, value in (("src_lang", args.src_lang),
+                                           ("tgt_lang", args.tgt_lang)) if value}
+    if args.corpus == "ding":
+        return ({"path": path} if path else {}) | {"phrases": args.extra_pairs != 0}
+    if args.corpus == "tsv":
+        return {"path": path, "src_col": args.src_col, "tgt_col": args.tgt_col, **langs}
+    if args.corpus == "multi30k":
+        return {"folder": path, **langs}
+    return {}
+
+
+def load_corpus_for(name: str, options: dict, parser=None):
+    """``transformer_lib.data.load_corpus(name, **options)``; a missing or bad corpus is a
+    command-line error that says what to do."""
     from ..data import load_corpus
 
-    options = {} if path is None else {"path": path}
+    if name in ("tsv", "multi30k") and not (options.get("path") or options.get("folder")):
+        what = "a TSV file" if name == "tsv" else "the folder of Multi30k's files"
+        message = f"--corpus {name} needs --path: {what}"
+        if parser is None:
+            raise ValueError(message)
+        parser.error(message)
     try:
         return load_corpus(name, **options)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TypeError) as error:
         if parser is None:
             raise
         parser.error(f"corpus {name!r}: {error}")
@@ -191,8 +219,11 @@ def _translate(parser, args) -> int:
 def _evaluate(parser, args) -> int:
     model = _load(parser, args.checkpoint, args.device)
     name = model.corpus.get("name")
-    path = args.path or model.corpus.get("info", {}).get("path")
-    corpus = load_corpus_for(name, path, parser)
+    options = dict(model.corpus.get("options", {}), phrases=False) if name == "ding" \
+        else dict(model.corpus.get("options", {}))
+    if args.path is not None:
+        options["folder" if name == "multi30k" else "path"] = os.path.abspath(args.path)
+    corpus = load_corpus_for(name, options, parser)
     result = evaluate(model, corpus.split(args.split), args.beam, args.length_penalty)
     print(f"{name} {args.split} split:")
     print(report(result))
@@ -247,7 +278,8 @@ def _train_world(parser, args, world, stop) -> int:
         torch.set_num_threads(args.threads)
     say = print if world.is_main else (lambda *values, **options: None)
     start = time.perf_counter()
-    corpus = load_corpus_for(args.corpus, args.path, parser)
+    options = corpus_options(args)
+    corpus = load_corpus_for(args.corpus, options, parser)
     say(f"corpus {corpus.name}: {len(corpus.train)} training, {len(corpus.valid)} "
         f"validation, {len(corpus.test)} test pairs ({time.perf_counter() - start:.1f} s)")
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000
@@ -265,6 +297,7 @@ def _train_world(parser, args, world, stop) -> int:
             resume=resume, stop=stop, progress=world.is_main and not args.no_progress)
     except ResumeMismatch as error:
         parser.error(f"argument --resume: {error}")
+    result.model.corpus["options"] = options
     code = _finish(args, result, corpus, stop) if world.is_main else 0
     return distributed.broadcast_object(code)  # every rank exits as rank 0 does
 
@@ -272,9 +305,6 @@ def _train_world(parser, args, world, stop) -> int:
 def _finish(args, result, corpus, stop) -> int:
     """Rank 0, after training: save; unless stopped, score the test split and show."""
     model, metrics = result.model, result.metrics
-    if args.path is not None:  # evaluate finds the corpus where training did
-        model.corpus["info"] = {**model.corpus.get("info", {}),
-                                "path": os.path.abspath(args.path)}
     if result.stopped or stop.requested:
         out = save_translator(model, args.out, metrics, training=result.training)
         print(f"stopped after step {metrics['steps']}: saved the resumable checkpoint "

@@ -218,3 +218,13 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
         metrics["averaged"] = len(snapshots) + 1
     model.eval()
     return CorpusResult(model, done.history, metrics, done.training, done.stopped)
+
+
+def train_cpu_budget(corpus, minutes: float = 3.0, cores: int = 2, **settings) -> CorpusResult:
+    """``train_corpus`` for ``minutes`` on ``cores`` CPU cores, counted in the process's
+    CPU time (``minutes * 60 * cores`` CPU seconds, all threads together): on a shared or
+    slow machine the run takes longer, but trains as far as on a quiet one. For a chapter
+    that must train within a few minutes and assert what it reaches."""
+    check_number("minutes", minutes, 0.0, low_open=True)
+    check_positive_int("cores", cores)
+    return train_corpus(corpus, max_seconds=minutes * 60 * cores, clock="cpu", **settings)

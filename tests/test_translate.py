@@ -1,0 +1,255 @@
+"""The translate command and its parts, on small corpora the tests write (no Ding here):
+the command end to end, sacreBLEU's numbers, checkpoint averaging, a tiny model that
+learns 50 pairs by heart, exact resume, and clear errors."""
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transformer_lib.data import Corpus, SubwordTokenizer
+from transformer_lib.stopping import StopFlag
+from transformer_lib.translate import checkpoints
+from transformer_lib.translate.__main__ import main
+from transformer_lib.translate.evaluate import exact_matches, score
+from transformer_lib.translate.pipeline import train_corpus
+from transformer_lib.translate.search import translate_texts
+from transformer_lib.translate.translator import build_translator
+
+SUBJECTS = [("der Hund", "the dog"), ("die Katze", "the cat"), ("das Kind", "the child"),
+            ("der Mann", "the man"), ("die Frau", "the woman")]
+VERBS = [("sieht", "sees"), ("hört", "hears"), ("findet", "finds"), ("ruft", "calls"),
+         ("mag", "likes")]
+OBJECTS = [("den Ball", "the ball"), ("das Haus", "the house"), ("den Baum", "the tree"),
+           ("die Tür", "the door"), ("das Auto", "the car")]
+
+
+def sentences(n: int) -> list[tuple[str, str]]:
+    """``n`` distinct German -> English pairs of a little grammar ("Der Hund sieht den Ball.")."""
+    pairs = []
+    for (s_de, s_en), (v_de, v_en), (o_de, o_en) in itertools.product(SUBJECTS, VERBS, OBJECTS):
+        pairs.append((f"{s_de} {v_de} {o_de}.".capitalize(), f"{s_en} {v_en} {o_en}.".capitalize()))
+    return pairs[:n]
+
+
+def little_corpus(n: int = 50, name: str = "little") -> Corpus:
+    pairs = sentences(n)
+    return Corpus(name, "de", "en", train=pairs, valid=pairs[:5], test=pairs[:10])
+
+
+@pytest.fixture(scope="module")
+def tsv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tsv") / "pairs.tsv"
+    path.write_text("".join(f"{de}\t{en}\n" for de, en in sentences(125)), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------
+# Scores
+
+
+def test_bleu_and_chrf_equal_the_sacrebleu_command(tmp_path):
+    refs = ["The dog sees the ball.", "A cat hears the door!", "Is the man here?",
+            "The woman likes the house very much."]
+    hyps = ["The dog sees a ball.", "A cat hears the door!", "The man is here?",
+            "The woman likes the house."]
+    (tmp_path / "hyp.txt").write_text("\n".join(hyps) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(tmp_path / "ref.txt"),
+                          "-i", str(tmp_path / "hyp.txt"), "-m", "bleu", "chrf", "-w", "4"],
+                         capture_output=True, text=True, check=True).stdout
+    bleu, chrf = json.loads(out)
+    ours = score(hyps, refs)
+    assert ours["bleu"] == pytest.approx(bleu["score"], abs=1e-4)
+    assert ours["chrf"] == pytest.approx(chrf["score"], abs=1e-4)
+    assert (ours["bleu_signature"], ours["chrf_signature"]) == (bleu["signature"],
+                                                                chrf["signature"])
+    assert 0 < ours["bleu"] < 100 and ours["bleu_signature"].startswith("nrefs:1|case:mixed")
+    assert "tok:13a" in ours["bleu_signature"] and "nc:6" in ours["chrf_signature"]
+
+
+def test_score_refuses_mismatched_lists():
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        score(["a", "b"], ["a"])
+    with pytest.raises(TypeError, match="lists of str"):
+        score("a b", "a b")
+
+
+def test_exact_matches_count_sentences_of_three_to_six_words():
+    found = exact_matches(["1", "2", "3", "4"], ["a b c", "a b", "a b c d e f g", "x y z"],
+                          ["a b c", "a b", "a b c d e f g", "x y w"])
+    assert (found["count"], found["total"]) == (1, 2)  # "a b" is too short, 7 words too long
+
+
+# ------------------------------------------------------------------------------------
+# Checkpoint averaging (paper 6.1)
+
+
+def test_average_of_k_checkpoints_is_their_mean(tmp_path):
+    tokenizer = SubwordTokenizer.train([t for pair in sentences(20) for t in pair], vocab_size=60)
+    paths, states = [], []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = build_translator(tokenizer, "tiny", {"name": "little"})
+        states.append(model.state_dict())
+        paths.append(checkpoints.save_translator(model, tmp_path / f"m{seed}.pt"))
+    mean = checkpoints.average_checkpoints(paths)
+    for key, value in states[0].items():
+        expected = sum(state[key] for state in states) / 3
+        torch.testing.assert_close(mean[key], expected, rtol=0, atol=1e-7)
+    code = main(["average", str(tmp_path / "avg.pt"), *map(str, paths)])
+    averaged = checkpoints.load_translator(tmp_path / "avg.pt")
+    assert code == 0 and averaged.metrics["averaged"] == 3
+    for key, value in averaged.state_dict().items():
+        torch.testing.assert_close(value, mean[key], rtol=0, atol=0)
+
+
+def test_average_refuses_checkpoints_of_different_models():
+    a = {"w": torch.zeros(2, 3)}
+    with pytest.raises(ValueError, match="different shapes"):
+        checkpoints.average_state_dicts([a, {"w": torch.zeros(3, 2)}])
+    with pytest.raises(ValueError, match="other keys"):
+        checkpoints.average_state_dicts([a, {"v": torch.zeros(2, 3)}])
+    with pytest.raises(ValueError, match="non-empty"):
+        checkpoints.average_state_dicts([])
+
+
+# ------------------------------------------------------------------------------------
+# The whole pipeline learns
+
+
+def test_a_tiny_model_learns_50_pairs_by_heart():
+    """Train and test on the same 50 pairs: if tokenizer, batching, model, loss, decoding
+    or detokenisation were broken, the translations would not come back exactly."""
+    corpus = little_corpus(50)
+    corpus.test = list(corpus.train)
+    result = train_corpus(corpus, steps=300, preset="tiny", vocab_size=120, batch_size=50,
+                          dropout=0.0, label_smoothing=0.0, word_dropout=0.0, lr_factor=1.0,
+                          warmup=30, device="cpu", progress=False, seed=0)
+    hypotheses = translate_texts(result.model, [s for s, _ in corpus.test])
+    scores = score(hypotheses, [t for _, t in corpus.test])
+    assert scores["bleu"] >= 90, (scores, hypotheses[:5])
+
+
+# ------------------------------------------------------------------------------------
+# Resume
+
+
+def test_a_stopped_and_resumed_run_equals_the_whole_run(tsv, tmp_path):
+    from transformer_lib.data import load_corpus
+
+    corpus = load_corpus("tsv", path=str(tsv))
+    settings = dict(steps=6, preset="tiny", vocab_size=80, batch_size=16, device="cpu",
+                    progress=False, seed=3, log_every=2)
+    whole = train_corpus(corpus, **settings)
+    first = train_corpus(corpus, stop=StopFlag(after=3), **settings)
+    assert first.stopped and first.metrics["steps"] == 3
+    path = checkpoints.save_translator(first.model, tmp_path / "run.pt", first.metrics,
+                                       training=first.training)
+    resumed = train_corpus(corpus, resume=checkpoints.load_resumable(path), **settings)
+    assert resumed.metrics["steps"] == 6
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[key]), key
+    assert resumed.history["loss"] == whole.history["loss"]
+
+
+# ------------------------------------------------------------------------------------
+# The command
+
+
+def test_command_trains_translates_and_evaluates(tsv, tmp_path, capsys, monkeypatch):
+    out = str(tmp_path / "m.pt")
+    code = main(["train", "--corpus", "tsv", "--path", str(tsv), "--steps", "3",
+                 "--preset", "tiny", "--vocab-size", "80", "--batch-size", "16",
+                 "--out", out, "--no-progress", "--threads", "1"])
+    printed = capsys.readouterr().out
+    assert code == 0 and os.path.exists(out)
+    assert "trained 3 steps" in printed and "nrefs:1|case:mixed" in printed
+    assert "exact matches on sentences of 3-6 words" in printed
+
+    assert main(["translate", out, "Der Hund sieht den Ball.", "Die Katze mag das Auto."]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Der Mann ruft die Tür.\n\nDas Kind hört.\n"))
+    assert main(["translate", out, "--beam", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2  # the empty line is skipped
+
+    assert main(["evaluate", out]) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU" in printed and "chrF" in printed and "tok:13a" in printed
+    assert "version:2." in printed and "test split:" in printed
+
+    model = checkpoints.load_translator(out)
+    assert model.corpus["options"]["path"] == str(tsv) and model.preset == "tiny"
+
+
+def test_command_runs_as_a_module(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "transformer_lib.translate", "train", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "--corpus" in run.stdout and "--minutes" in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--steps", "0"], "argument --steps: must be >= 1, got 0"),
+    (["train", "--minutes", "-1"], "argument --minutes: must be a finite number > 0"),
+    (["train", "--dropout", "1.5"], "argument --dropout: must be at least 0 and below 1"),
+    (["train", "--corpus", "tsv", "--steps", "1"], "--corpus tsv needs --path"),
+    (["train", "--corpus", "nope"], "argument --corpus: invalid choice"),
+    (["train", "--preset", "huge"], "argument --preset: invalid choice"),
+    (["train", "--device", "cpux"], "argument --device"),
+    (["translate", "/nonexistent/m.pt", "Hallo"], "no checkpoint at '/nonexistent/m.pt'"),
+])
+def test_bad_arguments_say_what_is_wrong(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_paths_say_what_is_wrong(tmp_path, tsv, capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--corpus", "tsv", "--path", str(tmp_path / "none.tsv"), "--steps", "1",
+              "--out", str(tmp_path / "m.pt")])
+    assert "no TSV file at" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--corpus", "tsv", "--path", str(tsv), "--steps", "1",
+              "--out", str(tmp_path / "no-folder" / "m.pt")])
+    assert "argument --out: the folder" in capsys.readouterr().err
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(SystemExit):
+        main(["translate", str(tmp_path / "junk.pt"), "Hallo"])
+    assert "is not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_stop_writes_a_resumable_checkpoint_and_exits_75(tsv, tmp_path, capsys):
+    out = str(tmp_path / "m.pt")
+    common = ["train", "--corpus", "tsv", "--path", str(tsv), "--steps", "4", "--preset",
+              "tiny", "--vocab-size", "80", "--batch-size", "16", "--out", out,
+              "--no-progress", "--threads", "1"]
+    assert main(common + ["--stop-after", "2"]) == 75
+    assert "--resume" in capsys.readouterr().out
+    assert checkpoints.load_resumable(out)["training"]["step"] == 2
+    assert main(common + ["--resume", out]) == 0
+    assert "trained 4 steps" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(common[:-2] + ["--seed", "5", "--resume", out])
+    assert "argument --resume" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------
+# number_words runs on the same trainer
+
+
+def test_number_words_shares_the_trainer():
+    from transformer_lib.examples import number_words as nw
+    from transformer_lib.translate import trainer
+
+    assert nw.LinearDecay is trainer.LinearDecay and nw.make_optimizer is trainer.make_optimizer
+    assert nw.EXIT_STOPPED == trainer.EXIT_STOPPED == 75
