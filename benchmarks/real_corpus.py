@@ -62,7 +62,7 @@ def run_one(recipe: dict, minutes: float, seed: int, device: str, threads: int,
                           **{k: recipe[k] for k in TRAIN_KEYS})
     wall, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
     load_after = os.getloadavg()
-    row = dict(minutes=minutes, seed=seed, device=device, budget_s=seconds,
+    row = dict(minutes=minutes, seed=seed, device=device, budget_s=seconds, recipe=recipe,
                steps=result.metrics["steps"], train_pairs=result.metrics["train_pairs"],
                vocab=result.metrics["vocab_size"],
                parameters=sum(p.numel() for p in result.model.parameters()),
@@ -93,6 +93,7 @@ def merge(paths: list[str], out: str) -> dict:
     header = {k: v for k, v in files[0].items() if k != "results"}
     rows = sorted((r for f in files for r in f["results"]),
                   key=lambda r: (r["device"], r["minutes"], r["seed"]))
+    header["recipes"] = [f["recipe"] for f in files]
     merged = dict(header, results=rows)
     save(out, merged)
     return merged

@@ -19,6 +19,7 @@ from transformer_lib.translate import checkpoints
 from transformer_lib.translate.__main__ import main
 from transformer_lib.translate.evaluate import exact_matches, score
 from transformer_lib.translate.pipeline import train_corpus
+from transformer_lib.translate.presets import RECIPE
 from transformer_lib.translate.search import translate_texts
 from transformer_lib.translate.translator import build_translator
 
@@ -41,6 +42,15 @@ def sentences(n: int) -> list[tuple[str, str]]:
 def little_corpus(n: int = 50, name: str = "little") -> Corpus:
     pairs = sentences(n)
     return Corpus(name, "de", "en", train=pairs, valid=pairs[:5], test=pairs[:10])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is faster than two, above all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +166,8 @@ def test_a_stopped_and_resumed_run_equals_the_whole_run(tsv, tmp_path):
     assert resumed.metrics["steps"] == 6
     for key, value in whole.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[key]), key
-    assert resumed.history["loss"] == whole.history["loss"]
+    assert resumed.history["step"][-1] == whole.history["step"][-1] == 6
+    assert resumed.history["loss"][-1] == whole.history["loss"][-1]  # steps 5-6, both runs
 
 
 # ------------------------------------------------------------------------------------
@@ -253,3 +264,22 @@ def test_number_words_shares_the_trainer():
 
     assert nw.LinearDecay is trainer.LinearDecay and nw.make_optimizer is trainer.make_optimizer
     assert nw.EXIT_STOPPED == trainer.EXIT_STOPPED == 75
+
+
+# ------------------------------------------------------------------------------------
+# The committed measurements
+
+
+def test_real_corpus_results_file_says_what_it_measured():
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
+                        "real_corpus_cpu.json")
+    with open(path) as f:
+        results = json.load(f)
+    assert results["kind"] == "real_corpus" and results["corpus"]["name"] == "ding"
+    assert results["corpus"]["version"] and results["results"]
+    for row in results["results"]:
+        assert set(row["recipe"]) == set(RECIPE)
+        assert row["budget_s"] == row["minutes"] * 120 and row["train_cpu_s"] >= row["budget_s"]
+        for search in ("greedy", "beam4"):
+            assert 0 <= row[search]["bleu"] <= 100 and 0 <= row[search]["chrf"] <= 100
+        assert row["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")

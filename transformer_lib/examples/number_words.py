@@ -20,6 +20,11 @@ micro-batches per step. SIGTERM or Ctrl-C stops a run after the current step wit
 resumable checkpoint at ``--out`` (exit status 75); the same command with ``--resume
 OUT`` finishes it.
 
+The number words are one corpus among others: the loop, the schedule and the budget are
+``transformer_lib.translate.trainer`` (``fit``), which every corpus shares (``python -m
+transformer_lib.translate train --corpus ...``); this module keeps what is particular to
+number words (its vocabularies, exact match, the capstone's recipe and command line).
+
 The recipe is tuned for a short budget (half a minute on two CPU cores gives 99% exact
 match and more) and departs from the paper's where measurements said so
 (``benchmarks/capstone_recipe.py``):

@@ -218,14 +218,14 @@ def _translate(parser, args) -> int:
 
 def _evaluate(parser, args) -> int:
     model = _load(parser, args.checkpoint, args.device)
-    name = model.corpus.get("name")
+    name = model.corpus.get("loader", model.corpus.get("name"))
     options = dict(model.corpus.get("options", {}), phrases=False) if name == "ding" \
         else dict(model.corpus.get("options", {}))
     if args.path is not None:
         options["folder" if name == "multi30k" else "path"] = os.path.abspath(args.path)
     corpus = load_corpus_for(name, options, parser)
     result = evaluate(model, corpus.split(args.split), args.beam, args.length_penalty)
-    print(f"{name} {args.split} split:")
+    print(f"{corpus.name} {args.split} split:")
     print(report(result))
     return 0
 
@@ -297,7 +297,7 @@ def _train_world(parser, args, world, stop) -> int:
             resume=resume, stop=stop, progress=world.is_main and not args.no_progress)
     except ResumeMismatch as error:
         parser.error(f"argument --resume: {error}")
-    result.model.corpus["options"] = options
+    result.model.corpus.update(loader=args.corpus, options=options)  # for evaluate
     code = _finish(args, result, corpus, stop) if world.is_main else 0
     return distributed.broadcast_object(code)  # every rank exits as rank 0 does
 
