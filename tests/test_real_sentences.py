@@ -40,7 +40,8 @@ def _literals(marker: str) -> dict:
     assert len(cells) == 1, f"chapter 14 should have exactly one cell with {marker!r}"
     found = {}
     for node in ast.parse(cells[0]).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id.isupper():  # the literals, not the figure
             found[node.targets[0].id] = ast.literal_eval(node.value)
     return found
 
