@@ -6,6 +6,8 @@ Usage:
 
 The cell installs transformer_lib from the repository only when the notebook runs in Google Colab;
 anywhere else it does nothing. It is tagged ``remove-cell``, so the HTML book does not show it.
+A chapter that reads a system file (chapter 14: Debian's German-English dictionary) also
+installs its Debian package there, with apt, unless the file is already present (``APT``).
 """
 from __future__ import annotations
 
@@ -29,12 +31,34 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     f"transformer_lib[book] @ {{package_url}}"], check=True)'''
 
+# Chapters that need a Debian package in Colab: notebook name -> (package, a file it installs).
+APT = {"14_real_sentences.ipynb": ("trans-de-en", "/usr/share/trans/de-en")}
+
+APT_LINES = '''
+    import os
+
+    # {why}: a Debian package, installed with apt
+    if not os.path.exists("{path}"):
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "{package}"], check=True)'''
+WHY = {"trans-de-en": "The Ding dictionary (GPL-2.0-or-later)"}
+
+
+def source_for(path) -> str:
+    """The setup cell of the notebook at ``path``: SOURCE, plus its apt package if it has one."""
+    if Path(path).name not in APT:
+        return SOURCE
+    package, installed = APT[Path(path).name]
+    return SOURCE + APT_LINES.format(path=installed, package=package,
+                                     why=WHY.get(package, "Needed by this chapter"))
+
+
 TAG = "remove-cell"
 MARKER = "# Colab setup:"
 
 
-def make_cell():
-    cell = nbformat.v4.new_code_cell(SOURCE)
+def make_cell(source: str = SOURCE):
+    cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = [TAG]
     cell["id"] = "colab-setup"
     return cell
@@ -49,7 +73,7 @@ def sync(path: Path) -> bool:
     nb = nbformat.read(path, as_version=4)
     cells = [c for c in nb.cells if not is_setup_cell(c)]
     old_first = nb.cells[0] if nb.cells else None
-    cell = make_cell()
+    cell = make_cell(source_for(path))
     if old_first is not None and is_setup_cell(old_first):
         cell.execution_count = old_first.get("execution_count")
     nb.cells = [cell] + cells
@@ -65,7 +89,7 @@ def check(path: Path) -> list[str]:
     setup = [i for i, c in enumerate(nb.cells) if is_setup_cell(c)]
     if setup != [0]:
         problems.append(f"{path}: expected exactly one Colab setup cell, first; found at {setup}")
-    elif nb.cells[0].source != SOURCE:
+    elif nb.cells[0].source != source_for(path):
         problems.append(f"{path}: Colab setup cell differs from scripts/colab_cell.py (run sync)")
     elif TAG not in nb.cells[0].metadata.get("tags", []):
         problems.append(f"{path}: Colab setup cell lacks the {TAG!r} tag")

@@ -31,6 +31,17 @@ def test_setup_cell_is_inert_outside_colab():
     assert "google.colab" not in sys.modules
 
 
+def test_a_chapter_that_reads_a_debian_package_installs_it_in_colab_only():
+    source = colab_cell.source_for(Path("book/14_real_sentences.ipynb"))
+    assert source.startswith(colab_cell.SOURCE)
+    assert '"apt-get", "install", "-y", "-qq", "trans-de-en"' in source
+    assert 'if not os.path.exists("/usr/share/trans/de-en"):' in source
+    assert colab_cell.source_for(Path("book/10_capstone.ipynb")) == colab_cell.SOURCE
+    namespace = {}
+    exec(compile(source, "setup-cell", "exec"), namespace)  # outside Colab: nothing runs
+    assert "subprocess" not in namespace and "os" not in namespace
+
+
 def test_check_catches_a_missing_or_edited_cell(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print(1)")]

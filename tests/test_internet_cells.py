@@ -37,6 +37,7 @@ def test_some_chapter_has_internet_cells():
     counts = {path.name: len(_internet_cells(nbformat.read(path, as_version=4)))
               for path in CHAPTERS}
     assert counts.get("12_real_weights.ipynb", 0) >= 3, counts
+    assert counts.get("14_real_sentences.ipynb", 0) >= 2, counts
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
@@ -88,11 +89,17 @@ def test_execute_script_neither_runs_nor_stores_skipped_cells(tmp_path):
     assert last.execution_count == 2  # the kernel never saw the skipped cell
 
 
-def test_internet_cells_print_a_message_offline():
-    """Chapter 12's imports, then its internet cells, as one script with HF_HUB_OFFLINE=1:
+# The chapters with internet cells, and the model their first such cell downloads.
+DOWNLOADS = {"12_real_weights.ipynb": "Helsinki-NLP/opus-mt-en-de",
+             "14_real_sentences.ipynb": "Helsinki-NLP/opus-mt-de-en"}
+
+
+@pytest.mark.parametrize("name", sorted(DOWNLOADS))
+def test_internet_cells_print_a_message_offline(name):
+    """A chapter's imports, then its internet cells, as one script with HF_HUB_OFFLINE=1:
     a clear message, no traceback (as in scripts/check_colab.py's Colab-like run)."""
     need(_has("transformers"), "transformers is not installed")
-    nb = nbformat.read(ROOT / "book" / "12_real_weights.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "book" / name, as_version=4)
     imports = next(c.source for c in nb.cells[1:] if c.cell_type == "code")
     # without the Jupyter-only lines (%matplotlib inline), which plain Python cannot read
     imports = "\n".join(line for line in imports.splitlines() if not line.startswith("%"))
@@ -102,8 +109,8 @@ def test_internet_cells_print_a_message_offline():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
     lines = run.stdout.splitlines()
-    assert lines[0].startswith("needs internet: could not download "
-                               "Helsinki-NLP/opus-mt-en-de ("), run.stdout
+    assert lines[0].startswith(f"needs internet: could not download {DOWNLOADS[name]} ("), \
+        run.stdout
     assert lines[1:] == ["skipped: the model was not loaded (see above)"] * (
         len(_internet_cells(nb)) - 1), run.stdout
 

@@ -69,6 +69,14 @@ def test_positional_plots_and_lines():
     assert legend == ["column 0 (sin, pair 0)", "column 1 (cos, pair 0)"]
 
 
+def test_lines_on_log_axes():
+    ranks = np.arange(1, 101)
+    fig = viz.plot_lines(ranks, {"Zipf": 1000 / ranks}, logx=True, logy=True)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert viz.plot_lines(ranks, {"a": ranks}).axes[0].get_xscale() == "linear"
+
+
 def test_history_plot_has_one_panel_per_key():
     history = {"step": [1, 2, 3], "loss": [3.0, 2.0, 1.5], "acc": [0.1, 0.4, 0.6], "lr": [1e-4] * 3}
     fig = viz.plot_history(history, keys=("loss", "acc", "lr"))

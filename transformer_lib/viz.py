@@ -172,8 +172,10 @@ def plot_positional_table(table, *, title: str = "Sinusoidal positional encoding
 
 
 def plot_lines(x, series: dict, *, title: str | None = None, xlabel: str = "", ylabel: str = "",
-               logy: bool = False, ax=None, legend_title: str | None = None, markers: bool = False):
-    """Several named curves over a shared x axis: ``series = {"label": y_values, ...}``."""
+               logy: bool = False, ax=None, legend_title: str | None = None, markers: bool = False,
+               logx: bool = False):
+    """Several named curves over a shared x axis: ``series = {"label": y_values, ...}``.
+    ``logx`` and ``logy`` put an axis on a log scale (both: a power law is a straight line)."""
     xs = _to_numpy(x)
     own_figure = ax is None
     if own_figure:
@@ -184,6 +186,8 @@ def plot_lines(x, series: dict, *, title: str | None = None, xlabel: str = "", y
     ax.set_ylabel(ylabel)
     if logy:
         ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
     if title:
         ax.set_title(title)
     if len(series) > 1:
