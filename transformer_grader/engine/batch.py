@@ -37,6 +37,7 @@ from . import disk as _disk
 from . import edition as _edition
 from . import watch
 from .collect import collect
+from .judge import Judges
 from .sandbox import Limits, Sandbox, SandboxUnavailable
 from .submission import grade_notebook
 from ..tasks import ASSIGNMENTS, TASKS
@@ -164,13 +165,18 @@ def grade_folder(
             if reason:
                 raise SandboxUnavailable(reason)
         table = _Table(out, tasks) if out is not None else None
-        run = _Run(students, expected, folder, box, editions, timeout, seed, log, table)
+        judges = Judges(jobs)
+        run = _Run(
+            students, expected, folder, box, editions, timeout, seed, log, table, judges
+        )
         started = time.monotonic()
         interrupted = False
         try:
             asyncio.run(_grade_all(run, jobs))
         except (KeyboardInterrupt, asyncio.CancelledError):
             interrupted = True
+        finally:
+            judges.close()
         finished = [run.rows[s.name] for s in students if s.name in run.rows]
         seconds = time.monotonic() - started
         graded = len(run.outcomes)
@@ -228,6 +234,7 @@ class _Run:
     seed: int | None
     log: object
     table: _Table | None
+    judges: Judges
     outcomes: dict = field(default_factory=dict)  # (student, assignment) -> outcome
     rows: dict = field(default_factory=dict)  # student -> row
 
@@ -284,6 +291,7 @@ async def _grade_all(run: _Run, jobs: int):
                 timeout=run.timeout,
                 seed=run.seed,
                 watched=[run.folder],
+                judges=run.judges,
             )
         except asyncio.CancelledError:
             raise

@@ -11,8 +11,10 @@
    and runs in its sandbox (``sandbox``): the notebook's code cells under one deadline
    (errors do not stop the run, as in nbgrader), then the grader's runner, which saves
    the raw outputs of every case (``kernel``).
-4. Here, the outputs are read as data (``torch.load(weights_only=True)``) and judged
-   against the references (``verdict.judge_task``); the source is read for PyTorch
+4. Here, the outputs are read as data (``torch.load(weights_only=True)``), bounded
+   (``bounds``) and judged against the references (``verdict.judge_task``), in a
+   judging process with its own memory limit when a batch gives one (``judge``); the
+   source is read for PyTorch
    references the task bans (``static``). The private folders are deleted.
 
 A notebook that is malformed, times out, floods its output or kills its kernel scores 0
@@ -77,12 +79,14 @@ async def grade_notebook(
     startup_timeout: float = 120.0,
     seed: int | None = None,
     watched=(),
+    judges=None,
 ) -> dict:
     """Grade one notebook (its bytes) on ``tasks``; never raises, except when the batch
     is cancelled. ``sandbox``: the ``Sandbox`` kernels run in; ``editions``: makes the
     student edition for a list of bans (``editions(bans) -> folder``); ``slot``: the
     kernel slot (the sandbox's user); ``watched``: folders a kernel graded without a
-    sandbox must not touch. Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
+    sandbox must not touch; ``judges``: the batch's ``judge.Judges`` (None: judge in
+    this process). Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
     | "stopped: ..." | "malformed: ..." | "error while grading: ...", "tasks": {task:
     {"score", "passed", "total", "feedback", "flags"}}, "flags": [...]}."""
     seed = secrets.randbelow(2**31) if seed is None else seed
@@ -107,6 +111,8 @@ async def grade_notebook(
             timeout=timeout,
             startup_timeout=startup_timeout,
             watched=watched,
+            seed=seed,
+            judges=judges,
         )
         statuses.append((group, status))
         verdicts.update(graded)
@@ -134,6 +140,8 @@ async def _grade_group(
     timeout,
     startup_timeout,
     watched,
+    seed,
+    judges,
 ):
     """Run one kernel for the tasks of ``group``: (status, {task: verdict}, flags)."""
     private = sandbox.private_folder(name, slot)
@@ -175,9 +183,18 @@ async def _grade_group(
     else:  # why the cases that did not run did not run
         reason = "" if ran_to_the_end else status
     found_tasks = report["tasks"] if report else {}
-    graded = {
-        t: judge_task(TASKS[t], cases[t], found_tasks.get(t), reason) for t in group
-    }
+    if judges is None:
+        graded = {
+            t: judge_task(TASKS[t], cases[t], found_tasks.get(t), reason)
+            for t in group
+        }
+    else:
+        graded = await judges.judge(
+            slot,
+            seed,
+            [(t, found_tasks.get(t), reason) for t in group],
+            {t: len(cases[t]) for t in group},
+        )
     if touched or early:  # its outputs cannot be trusted to be its own work
         why = (
             "it touched files of other submissions"

@@ -9,6 +9,7 @@ nbgrader's autograder cells).
 
 from __future__ import annotations
 
+from .bounds import bounded_entry
 from ..tasks._result import GradeResult
 from ..tasks._task import Case, Task, judge_case
 from ..runner.plan import run_task
@@ -60,8 +61,10 @@ def judge_task(
 ) -> dict:
     """Score one task. ``entry`` is what ``run_task`` returned (None: the task never
     ran, for ``missing_reason``). A task whose code reached a banned reference, or
-    interfered with the grader's watch, scores 0 whatever its outputs."""
+    interfered with the grader's watch, scores 0 whatever its outputs. Every output
+    is bounded (``bounds``) before any judge computes on it."""
     total = len(cases)
+    entry = bounded_entry(entry)
     if entry is None:
         why = missing_reason or "not graded"
         return {
@@ -71,8 +74,10 @@ def judge_task(
             "flags": [],
             "feedback": f"{task.title}: 0/{total}: {why}.",
         }
-    outputs = entry.get("outputs") if isinstance(entry, dict) else None
-    outputs = outputs if isinstance(outputs, list) else []
+    outputs = entry["outputs"]
+    refused = [
+        o["failed"] for o in outputs if isinstance(o, dict) and o.get("refused")
+    ]
     hits = [str(h) for h in entry.get("hits") or []]
     hits += [h for h in _unavailable_used(outputs) if h not in hits]
     tampered = [str(t) for t in entry.get("tampered") or []]
@@ -115,7 +120,7 @@ def judge_task(
         "passed": result.passed,
         "total": result.total,
         "feedback": feedback,
-        "flags": [],
+        "flags": [f"{task.name}: {refused[0]}"] if refused else [],
     }
 
 
