@@ -348,6 +348,19 @@ def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
     assert "jobs must be an int >= 1" in err
 
 
+def test_too_little_memory_for_a_kernel_is_refused_before_any_work(
+    one_notebook, tmp_path, capsys, no_kernels
+):
+    """``--memory 1024`` used to kill every kernel at start, the reference solution's
+    too ("crashed: the kernel died"); now it is refused, naming the minimum."""
+    err = _fails(
+        grade_args(one_notebook, tmp_path / "g.csv", "--memory", "1024"),
+        capsys,
+    )
+    assert "--memory 1024 is too small" in err and "at least 2048 MB" in err
+    assert not (tmp_path / "g.csv").exists()
+
+
 def test_an_empty_folder_is_an_error(tmp_path, capsys, no_kernels):
     (tmp_path / "empty").mkdir()
     err = _fails(

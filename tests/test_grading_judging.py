@@ -125,3 +125,21 @@ def test_a_worker_that_dies_costs_its_notebook_only():
         judges.close()
     assert found["attention"]["score"] == 0.0
     assert "not judged" in found["attention"]["feedback"]
+
+
+def test_the_grader_runs_under_a_memory_limit_of_its_own():
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\n"
+        "from transformer_grader.__main__ import GRADER_MEMORY_MB, limit_grader\n"
+        "limit_grader()\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+        "print(soft == GRADER_MEMORY_MB * 2**20, hard == resource.RLIM_INFINITY)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    # soft: the grader's; hard left open, so kernels may set their own --memory
+    assert done.stdout.split() == ["True", "True"]

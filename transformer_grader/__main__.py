@@ -31,6 +31,28 @@ def _megabytes(text: str) -> int:
     return value
 
 
+# The grader's own address space (a soft limit: its kernels and judging workers set
+# their own). It peaks at about 1.5 GB of address space (300 MB resident) in a hostile
+# batch of two jobs: a bound far above that, so that a bug or a forged output that got
+# through every check ends in a MemoryError for one notebook, not in the machine's
+# out-of-memory killer. Kernel processes are the OOM killer's first choice anyway
+# (``runner/launch.py``).
+GRADER_MEMORY_MB = 8192
+
+
+def limit_grader(memory_mb: int = GRADER_MEMORY_MB) -> None:
+    """Put this process (the grader) under its soft address-space limit."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = memory_mb * 2**20
+    if soft == resource.RLIM_INFINITY or soft > cap:
+        if hard == resource.RLIM_INFINITY or hard >= cap:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_grader",
@@ -126,4 +148,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    limit_grader()
     sys.exit(main())

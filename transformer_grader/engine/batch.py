@@ -38,8 +38,9 @@ from . import edition as _edition
 from . import watch
 from .collect import collect
 from .judge import Judges
-from .sandbox import Limits, Sandbox, SandboxUnavailable
+from .sandbox import MIN_KERNEL_MEMORY_MB, Limits, Sandbox, SandboxUnavailable
 from .submission import grade_notebook
+from .text import FEEDBACK_CHARS, FLAG_CHARS, FLAGS, STATUS_CHARS, capped, cell, shown
 from ..tasks import ASSIGNMENTS, TASKS
 
 FIXED_COLUMNS = ("student", "status")
@@ -61,6 +62,17 @@ def check_timeout(timeout) -> float:
     if isinstance(timeout, bool) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
     return value
+
+
+def check_limits(limits: Limits) -> Limits:
+    """Limits a kernel can start in: ``ValueError`` naming the minimum otherwise."""
+    if limits.memory_mb < MIN_KERNEL_MEMORY_MB:
+        raise ValueError(
+            f"--memory {limits.memory_mb} is too small: a graded kernel needs at least"
+            f" {MIN_KERNEL_MEMORY_MB} MB (PyTorch alone takes about 1400 MB of address"
+            f" space before any cell runs); the default is {Limits.memory_mb}"
+        )
+    return limits
 
 
 def check_jobs(jobs) -> int:
@@ -144,6 +156,7 @@ def grade_folder(
             f"submissions folder {str(folder)!r} does not exist or is not a folder"
         )
     timeout, jobs = check_timeout(timeout), check_jobs(jobs)
+    limits = check_limits(limits)
     out = check_out(out) if out is not None else None
     expected = check_assignments(assignments)
     if sandbox:
@@ -153,7 +166,7 @@ def grade_folder(
     students, notes = collect(folder, expected)
     for note in notes:
         if log:
-            log(note)
+            log(shown(note))
     tasks = [t for a in expected for t in ASSIGNMENTS[a]]
     root = Path(tempfile.mkdtemp(prefix="tt-grade-")).resolve()
     try:
@@ -276,14 +289,14 @@ async def _grade_all(run: _Run, jobs: int):
 
     async def attempt(student, assignment, slot) -> dict:
         """Grade one notebook in kernel slot ``slot``; its outcome."""
-        shown, source = student.notebooks[assignment]
+        path, source = student.notebooks[assignment]
         key = (student.name, assignment)
         if watching:
             watching.started(key)
         try:
             outcome = await grade_notebook(
                 source,
-                Path(shown).name,
+                Path(path).name,
                 ASSIGNMENTS[assignment],
                 sandbox=run.box,
                 editions=run.editions,
@@ -308,8 +321,11 @@ async def _grade_all(run: _Run, jobs: int):
     def finished(student, assignment, outcome, seconds) -> None:
         run.outcomes[(student.name, assignment)] = outcome
         if run.log:
-            shown = student.notebooks[assignment][0]
-            run.log(f"{student.name} ({shown}): {outcome['status']} [{seconds:.1f} s]")
+            path = student.notebooks[assignment][0]
+            status = capped(shown(outcome["status"]), STATUS_CHARS)
+            run.log(
+                f"{shown(student.name)} ({shown(path)}): {status} [{seconds:.1f} s]"
+            )
         left[student.name] -= 1
         if left[student.name] == 0:
             student_done(student)
@@ -330,10 +346,10 @@ async def _grade_all(run: _Run, jobs: int):
 
     async def one_alone(student, assignment, seconds):
         if run.log:
-            shown = student.notebooks[assignment][0]
+            path = student.notebooks[assignment][0]
             run.log(
-                f"{student.name} ({shown}): timed out with other kernels running;"
-                " graded again alone"
+                f"{shown(student.name)} ({shown(path)}): timed out with other kernels"
+                " running; graded again alone"
             )
         begun = time.monotonic()
         outcome = await attempt(student, assignment, 0)
@@ -395,13 +411,13 @@ class _Watch:
         blamed, self.since = self.since | {key}, set(self.active)
         if not found:
             return []
-        shown = "; ".join(found[:5]) + (
+        listed = "; ".join(found[:5]) + (
             f" and {len(found) - 5} more" if len(found) > 5 else ""
         )
         others = sorted(f"{s} ({a})" for s, a in blamed - {key})
         company = f" (running at the same time: {', '.join(others)})" if others else ""
         return [
-            f"files outside its private folder changed while it ran{company}: {shown}"
+            f"files outside its private folder changed while it ran{company}: {listed}"
         ]
 
 
@@ -414,38 +430,45 @@ def _row(student, expected, outcomes, confined: bool) -> dict:
         tasks = ASSIGNMENTS[assignment]
         outcome = outcomes.get((student.name, assignment))
         if outcome is None:
-            why = student.problems.get(assignment, "not submitted")
+            why = capped(
+                shown(student.problems.get(assignment, "not submitted")), STATUS_CHARS
+            )
             statuses.append(f"{assignment}: {why}")
             for task in tasks:
                 scores[task] = 0.0
             feedback.append(f"{assignment}: {why} (0 on {', '.join(tasks)})")
             continue
-        statuses.append(prefix + outcome["status"])
+        status = capped(shown(outcome["status"]), STATUS_CHARS)
+        statuses.append(prefix + status)
         if outcome["status"] != "ok":
-            feedback.append(prefix + outcome["status"])
+            feedback.append(prefix + status)
         flags += [prefix + f for f in outcome["flags"]]
         for task in tasks:
             verdict = outcome["tasks"].get(task)
             scores[task] = verdict["score"] if verdict else 0.0
             if verdict:
-                feedback.append(verdict["feedback"])
-    row = {"student": student.name, "status": "; ".join(statuses)}
+                text = shown(verdict["feedback"], newlines=True)
+                feedback.append(capped(text, FEEDBACK_CHARS))
+    # Everything a notebook chose is shown escaped and capped: no control character
+    # reaches the CSV or a terminal, and every cell stays far below what Python's csv
+    # module reads by default (131072 characters).
+    kept = [capped(shown(f), FLAG_CHARS) for f in dict.fromkeys(flags)]
+    if len(kept) > FLAGS:
+        kept = kept[:FLAGS] + [f"... and {len(kept) - FLAGS} more flags"]
+    row = {"student": shown(student.name), "status": "; ".join(statuses)}
     for task, score in scores.items():
         row[task] = f"{score:.3f}"
     row["total"] = f"{sum(scores.values()):.3f}"
     row["max_total"] = str(len(scores))
     row["sandbox"] = "bubblewrap" if confined else "none (--no-sandbox)"
-    row["flags"] = "\n".join(dict.fromkeys(flags))
+    row["flags"] = "\n".join(kept)
     row["feedback"] = "\n".join(feedback)
     return row
 
 
 def _cell(value: str) -> str:
-    """A text cell a spreadsheet shows as text: one that starts like a formula (=, +,
-    -, @, a tab or a carriage return) gets a leading apostrophe."""
-    if value and value[0] in "=+-@\t\r":
-        return "'" + value
-    return value
+    """A text cell a spreadsheet shows as text (``text.cell``: injective)."""
+    return cell(value)
 
 
 class _Table:

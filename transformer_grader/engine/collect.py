@@ -24,6 +24,10 @@ Rules:
   folder counts; the others are ignored and the row is flagged. If several are equally
   near (``a/01_attention.ipynb`` and ``b/01_attention.ipynb``), none is graded: the
   assignment scores 0 and the row is flagged, for the instructor to decide.
+- **One row per source, none lost**: a student who is both a notebook and a folder
+  (``alice.ipynb`` beside ``alice/``) gets two rows, named after their sources
+  (``alice.ipynb``, ``alice/``), both flagged; names that only look alike (Unicode
+  NFC and NFD forms, compatibility forms, case) are graded apart and flagged too.
 
 Nothing is ever written to the submissions folder.
 """
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tasks import ASSIGNMENTS
+from .text import look_alike, shown
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20
 _SKIPPED_FOLDERS = (".ipynb_checkpoints", "__pycache__")
@@ -52,6 +57,7 @@ class Student:
     problems: dict = field(default_factory=dict)
     flags: list = field(default_factory=list)
     files: dict = field(default_factory=dict)  # assignment -> (device, inode)
+    source: str = ""  # the folder entry it came from: "alice.ipynb" or "alice/"
 
 
 def _kind(mode: int) -> str:
@@ -167,13 +173,13 @@ def collect(folder, assignments) -> tuple[list[Student], list[str]]:
         )
     for entry in entries:
         if entry.name.endswith(".ipynb"):
-            student = Student(entry.name[: -len(".ipynb")])
+            student = Student(entry.name[: -len(".ipynb")], source=entry.name)
             _take(student, assignments[0], Path(entry.path), entry.name)
             students.append(student)
         elif entry.is_dir(follow_symlinks=False):
             students.append(_student_folder(Path(entry.path), assignments, notes))
         elif entry.is_symlink():
-            student = Student(entry.name)
+            student = Student(entry.name, source=entry.name)
             for assignment in assignments:
                 student.problems[assignment] = (
                     f"not graded: {entry.name} is a symbolic link, not a folder"
@@ -181,6 +187,7 @@ def collect(folder, assignments) -> tuple[list[Student], list[str]]:
             students.append(student)
         else:
             notes.append(f"ignored {entry.name} (not a notebook or a student's folder)")
+    _one_row_per_source(students)
     owners: dict[tuple, list[tuple[str, str]]] = {}
     for student in students:
         for assignment, identity in student.files.items():
@@ -201,8 +208,37 @@ def collect(folder, assignments) -> tuple[list[Student], list[str]]:
     return students, notes
 
 
+def _one_row_per_source(students: list[Student]) -> None:
+    """Rows that cannot collide or be confused: students named alike by two sources are
+    renamed after their sources; names that look alike are flagged (in place)."""
+    by_name: dict[str, list[Student]] = {}
+    for student in students:
+        by_name.setdefault(student.name, []).append(student)
+    for name, same in by_name.items():
+        if len(same) > 1:
+            sources = ", ".join(shown(s.source) for s in same)
+            for student in same:
+                student.name = student.source
+                student.flags.append(
+                    f"two sources for the student {shown(name)} ({sources}): each is"
+                    " graded in its own row; decide which counts"
+                )
+    by_look: dict[str, list[Student]] = {}
+    for student in students:
+        by_look.setdefault(look_alike(student.name), []).append(student)
+    for same in by_look.values():
+        if len(same) > 1:
+            names = ", ".join(shown(s.name) for s in same)
+            for student in same:
+                student.flags.append(
+                    f"names that look alike ({names}): different characters (Unicode"
+                    " forms or case) shown the same; graded apart, check who is who"
+                )
+    students.sort(key=lambda s: s.name)
+
+
 def _student_folder(path: Path, assignments: list[str], notes: list[str]) -> Student:
-    student = Student(path.name)
+    student = Student(path.name, source=path.name + "/")
     found = _walk(path)
     by_assignment: dict[str, list] = {}
     for depth, shown, file in found:

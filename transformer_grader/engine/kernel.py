@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import math
 import os
 import secrets
@@ -74,15 +75,14 @@ def _first_line(source: str) -> str:
 
 
 def _size(msg: dict) -> int:
-    """About how many bytes a message carried (its text, data and buffers)."""
-    content = msg.get("content") or {}
+    """The bytes a message carried: its content serialised as JSON (nested data
+    counted whole, whatever its shape), its metadata and its binary buffers."""
     total = 200
-    for value in content.values():
-        if isinstance(value, str):
-            total += len(value)
-        elif isinstance(value, (dict, list)):
-            items = value.values() if isinstance(value, dict) else value
-            total += sum(len(v) if isinstance(v, str) else 50 for v in items)
+    for part in ("content", "metadata"):
+        try:
+            total += len(json.dumps(msg.get(part) or {}, default=str))
+        except (TypeError, ValueError, RecursionError):
+            total += MAX_MESSAGE_BYTES  # cannot be measured: count it as the largest
     return total + sum(len(b) for b in msg.get("buffers") or [])
 
 
@@ -311,6 +311,7 @@ async def run(
         finally:
             overused = await _stop_watching(watchers)
             await _stop(client, km)
+            overused = overused or sandbox.release(private)
     if client.flooded:
         status = (
             f"stopped: its output passed {limits.output_mb} MB (the limit of"

@@ -48,6 +48,8 @@ from pathlib import Path
 
 import transformer_lib
 
+from . import cgroup
+
 # Where the edition appears in the sandbox (it holds transformer_lib/ and
 # transformer_grader/).
 LIBRARY = "/sandbox/library"
@@ -67,6 +69,13 @@ _ETC = (
     "/etc/ld.so.conf.d",
     "/etc/alternatives",
 )
+
+
+# The least address space a graded kernel can start in (``--memory``): Jupyter's kernel
+# with PyTorch, the library and the runner imported, one thread, peaks at about 1.4 GB
+# of address space (measured: VmPeak 1.38 GB; started under 1280 MB, it fails to load
+# libtorch), and the notebook's own tensors need room on top.
+MIN_KERNEL_MEMORY_MB = 2048
 
 
 class SandboxUnavailable(RuntimeError):
@@ -157,6 +166,7 @@ class Sandbox:
         self.as_root = confined and os.name == "posix" and os.geteuid() == 0
         self.bwrap = shutil.which("bwrap")
         self.setpriv = shutil.which("setpriv")
+        self.groups: dict[str, cgroup.MemoryGroup] = {}  # private folder -> its group
         etc = self.root / "etc"
         etc.mkdir(parents=True, exist_ok=True)
         user, group = _passwd()
@@ -215,6 +225,7 @@ class Sandbox:
                     " or a container forbids them"
                 )
         finally:
+            self.release(private)
             shutil.rmtree(private, ignore_errors=True)
         return None
 
@@ -319,7 +330,28 @@ class Sandbox:
         ]
         if not self.as_root:
             return inner
-        return [*self._outer(private, edition), "--", *self._drop(slot), *inner]
+        outer = [*self._outer(private, edition), "--", *self._drop(slot), *inner]
+        if not cgroup.available():
+            return outer
+        group = cgroup.MemoryGroup(
+            f"tt-grade-{self.root.name}-{private.name}",
+            self.limits.total_memory_mb * 2**20,
+        )
+        self.groups[str(private)] = group
+        return group.wrap(outer)
+
+    def release(self, private: Path) -> str | None:
+        """After the kernel of ``private`` ended: remove its memory cgroup (if it had
+        one) and say what went over, if its processes passed the group's limit."""
+        group = self.groups.pop(str(private), None)
+        if group is None:
+            return None
+        over = group.went_over()
+        group.remove()
+        if over:
+            mb = self.limits.total_memory_mb
+            return f"its processes held more than {mb} MB of memory"
+        return None
 
     def _namespaces(self) -> list[str]:
         flags = [
