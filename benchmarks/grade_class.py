@@ -77,12 +77,18 @@ def main(argv=None) -> int:
         folder = Path(tmp) / "class"
         count = build_class(folder, notebooks, args.students, assignments)
         env = dict(os.environ, PYTHONPATH=args.library)
+        # the grader's own package; before it had one, transformer_lib.grading
+        module = (
+            "transformer_grader"
+            if (Path(args.library) / "transformer_grader").is_dir()
+            else "transformer_lib.grading"
+        )
         started = time.perf_counter()
         result = subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "transformer_grader",
+                module,
                 "grade",
                 str(folder),
                 "--out",
