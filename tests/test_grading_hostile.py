@@ -8,7 +8,8 @@ in sandboxes, through the command line, beside an honest classmate.
 - two sources for one name, names a spreadsheet would run, a right-to-left override
   (attack 11): one row each, distinct, escaped, flagged.
 
-The judging side of attack 6 (forged outputs) is in ``test_grading_judging.py``.
+- a forged output holding a 16384 x 16384 stride-0 tensor (attack 6): refused before any
+  arithmetic; the bounds themselves are tested in ``test_grading_judging.py``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,24 @@ for _ in range(40):
     display({"application/json": nested}, raw=True)
 """
 
+# Attack 6 as the issue found it: the runner's writer patched so that the saved outputs
+# hold a 16384 x 16384 stride-0 tensor of the wrong shape (a file of a few kilobytes,
+# 1 to 2 GB once the judge computes on it). Where the runner no longer runs in the
+# student's kernel, the patch changes nothing and the returned (q, q) scores 0 anyway.
+FORGED = """
+import torch
+import transformer_grader.runner.plan as _plan
+_write = _plan._save
+def _forged(report, path):
+    huge = torch.zeros(1).expand(16384, 16384)
+    for entry in report["tasks"].values():
+        entry["outputs"] = [{"value": (huge, huge), "mutated": []}] * len(entry["outputs"])
+    _write(report, path)
+_plan._save = _forged
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return q, q
+"""
+
 LONG_ERROR = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     raise ValueError("\\x1b]0;pwned\\x07\\x1b[2K\\rattention,1.000" + "x" * 2**20)
@@ -63,6 +82,7 @@ def hostile(tmp_path_factory):
         "memfd.ipynb": student(MEMFD),
         "flood.ipynb": student(NESTED_FLOOD),
         "longerror.ipynb": student(LONG_ERROR),
+        "forger.ipynb": student(FORGED),
         "=1+1.ipynb": student(),
         "'=1+1.ipynb": honest,
         "bob\u202e000.0.ipynb": student(),
@@ -96,6 +116,7 @@ def test_the_batch_completes_with_one_row_per_source(hostile):
             "memfd",
             "flood",
             "longerror",
+            "forger",
             "'=1+1",
             "''=1+1",
             "bob\\u202e000.0",
@@ -105,6 +126,12 @@ def test_the_batch_completes_with_one_row_per_source(hostile):
 
 def test_the_graders_peak_memory_stays_under_a_gigabyte(hostile):
     assert hostile["peak_mb"] < 1000, hostile["peak_mb"]
+
+
+def test_a_forged_stride_zero_output_scores_zero_without_sinking_the_grader(hostile):
+    row = _row(hostile, "forger")
+    assert row["attention"] == "0.000" and row["feedback"]
+    assert hostile["peak_mb"] < 1000
 
 
 def test_two_sources_for_one_name_keep_both_scores_and_are_flagged(hostile):
