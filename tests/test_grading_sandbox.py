@@ -209,12 +209,15 @@ def test_a_sandboxed_python_sees_nothing_of_the_graders(tmp_path, monkeypatch):
     box = Sandbox(root, limits)
     assert box.problem(folder) is None
     private = box.private_folder("k", 0)
-    done = subprocess.run(
-        box.command(private, folder, 0, ["-c", _LOOK.replace("@REPO@", str(ROOT))]),
-        capture_output=True,
-        text=True,
-        env=box.outer_env(),
-    )
+    try:
+        done = subprocess.run(
+            box.command(private, folder, 0, ["-c", _LOOK.replace("@REPO@", str(ROOT))]),
+            capture_output=True,
+            text=True,
+            env=box.outer_env(),
+        )
+    finally:
+        box.release_all()  # its memory cgroup, where the grader (root) made one
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["uid"] == 1000 and seen["home"] == []
@@ -309,6 +312,7 @@ def test_an_installed_library_is_hidden_behind_the_edition(tmp_path, monkeypatch
     )
     box = Sandbox(tmp_path)
     command = box.command(tmp_path / "k", tmp_path / "edition", 0, ["-c", "pass"])
+    box.release_all()
     pairs = list(zip(command, command[1:], command[2:]))
     for name in names:
         assert (

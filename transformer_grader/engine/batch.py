@@ -190,6 +190,7 @@ def grade_folder(
             interrupted = True
         finally:
             judges.close()
+            box.release_all()
         finished = [run.rows[s.name] for s in students if s.name in run.rows]
         seconds = time.monotonic() - started
         graded = len(run.outcomes)

@@ -99,16 +99,17 @@ class MemoryGroup:
             pass
         return False
 
-    def remove(self, wait: float = 5.0) -> None:
-        """Delete the group once its processes are gone (they were killed)."""
+    def remove(self, wait: float = 5.0) -> bool:
+        """Delete the group once its processes are gone (they were killed); False if
+        some were still ending after ``wait`` seconds."""
         deadline = time.monotonic() + wait
         while True:
             try:
                 self.path.rmdir()
-                return
+                return True
             except FileNotFoundError:
-                return
+                return True
             except OSError:
                 if time.monotonic() > deadline:
-                    return
+                    return False
                 time.sleep(0.05)

@@ -166,7 +166,9 @@ class Sandbox:
         self.as_root = confined and os.name == "posix" and os.geteuid() == 0
         self.bwrap = shutil.which("bwrap")
         self.setpriv = shutil.which("setpriv")
-        self.groups: dict[str, cgroup.MemoryGroup] = {}  # private folder -> its group
+        # private folder -> the memory cgroups of the processes started for it
+        self.groups: dict[str, list[cgroup.MemoryGroup]] = {}
+        self.left: list[cgroup.MemoryGroup] = []  # not removable yet (still ending)
         etc = self.root / "etc"
         etc.mkdir(parents=True, exist_ok=True)
         user, group = _passwd()
@@ -333,21 +335,31 @@ class Sandbox:
         outer = [*self._outer(private, edition), "--", *self._drop(slot), *inner]
         if not cgroup.available():
             return outer
+        groups = self.groups.setdefault(str(private), [])
         group = cgroup.MemoryGroup(
-            f"tt-grade-{self.root.name}-{private.name}",
+            f"tt-grade-{self.root.name}-{private.name}-{len(groups)}",
             self.limits.total_memory_mb * 2**20,
         )
-        self.groups[str(private)] = group
+        groups.append(group)
         return group.wrap(outer)
 
+    def release_all(self) -> None:
+        """Remove every memory cgroup still held (end of a batch: a group whose
+        processes took long to end was left behind by ``release``)."""
+        for private in list(self.groups):
+            self.release(Path(private))
+        for group in self.left:
+            group.remove(wait=10.0)
+        self.left.clear()
+
     def release(self, private: Path) -> str | None:
-        """After the kernel of ``private`` ended: remove its memory cgroup (if it had
-        one) and say what went over, if its processes passed the group's limit."""
-        group = self.groups.pop(str(private), None)
-        if group is None:
-            return None
-        over = group.went_over()
-        group.remove()
+        """After the processes started for ``private`` ended: remove their memory
+        cgroups (if they had any) and say what went over, if one passed its limit."""
+        over = False
+        for group in self.groups.pop(str(private), []):
+            over = group.went_over() or over
+            if not group.remove():
+                self.left.append(group)
         if over:
             mb = self.limits.total_memory_mb
             return f"its processes held more than {mb} MB of memory"
