@@ -2,7 +2,7 @@
 
 Builds a class folder (one folder per student; the first 60% of the students hand in the
 instructor notebooks, the others the untouched student versions), runs ``python -m
-transformer_lib.grading grade`` on it and prints the wall time (after checking that
+transformer_grader grade`` on it and prints the wall time (after checking that
 every notebook was graded). ``--library`` runs the grader of another checkout (e.g. an
 older commit, from ``git worktree add``) with the same Python, and ``--notebooks`` takes
 the notebooks from another checkout's ``assignments/``, so that two graders can be timed
@@ -77,12 +77,18 @@ def main(argv=None) -> int:
         folder = Path(tmp) / "class"
         count = build_class(folder, notebooks, args.students, assignments)
         env = dict(os.environ, PYTHONPATH=args.library)
+        # the grader's own package; before it had one, transformer_lib.grading
+        module = (
+            "transformer_grader"
+            if (Path(args.library) / "transformer_grader").is_dir()
+            else "transformer_lib.grading"
+        )
         started = time.perf_counter()
         result = subprocess.run(
             [
                 sys.executable,
                 "-m",
-                "transformer_lib.grading",
+                module,
                 "grade",
                 str(folder),
                 "--out",

@@ -33,16 +33,17 @@ from classroom import (
     write,
 )
 from conftest import HONEST_ATTENTION
-from transformer_lib.grading import MISTAKES, batch, collect
-from transformer_lib.grading.__main__ import main
-from transformer_lib.grading.sandbox import SandboxUnavailable
+from transformer_grader import MISTAKES
+from transformer_grader.engine import batch, collect
+from transformer_grader.__main__ import main
+from transformer_grader.engine.sandbox import SandboxUnavailable
 
 TIMEOUT = 15
 
 GOOD = HONEST_ATTENTION
 
 FORGER = """
-import transformer_lib.grading as grading
+import transformer_grader as grading
 print("attention,1.000,all 99 cases passed")
 grading.check_attention = lambda fn: True
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -347,6 +348,19 @@ def test_bad_jobs_are_refused(one_notebook, tmp_path, capsys, no_kernels):
     assert "jobs must be an int >= 1" in err
 
 
+def test_too_little_memory_for_a_kernel_is_refused_before_any_work(
+    one_notebook, tmp_path, capsys, no_kernels
+):
+    """``--memory 1024`` used to kill every kernel at start, the reference solution's
+    too ("crashed: the kernel died"); now it is refused, naming the minimum."""
+    err = _fails(
+        grade_args(one_notebook, tmp_path / "g.csv", "--memory", "1024"),
+        capsys,
+    )
+    assert "--memory 1024 is too small" in err and "at least 2048 MB" in err
+    assert not (tmp_path / "g.csv").exists()
+
+
 def test_an_empty_folder_is_an_error(tmp_path, capsys, no_kernels):
     (tmp_path / "empty").mkdir()
     err = _fails(
@@ -462,7 +476,7 @@ def test_text_that_a_spreadsheet_would_run_is_kept_as_text(tmp_path):
 
 def test_the_module_entry_point_answers_help():
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_lib.grading", "grade", "--help"],
+        [sys.executable, "-m", "transformer_grader", "grade", "--help"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -489,7 +503,7 @@ def test_an_interrupted_batch_leaves_its_finished_rows_and_no_kernel(tmp_path):
         },
     )
     child = subprocess.Popen(
-        [sys.executable, "-m", "transformer_lib.grading"]
+        [sys.executable, "-m", "transformer_grader"]
         + grade_args(subs, out, "--timeout", "300"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -549,7 +563,7 @@ def test_no_sandbox_is_refused_unless_asked_for(
     one_notebook, tmp_path, capsys, monkeypatch, no_kernels
 ):
     monkeypatch.setattr(
-        "transformer_lib.grading.sandbox.shutil.which", lambda name, *a, **k: None
+        "transformer_grader.engine.sandbox.shutil.which", lambda name, *a, **k: None
     )
     with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
         batch.grade_folder(one_notebook, None, assignments=["01_attention"])

@@ -1,5 +1,5 @@
 """The watch on what all of a graded kernel's processes hold in memory
-(``grading.memory``), without a kernel: which processes it counts, how it counts shared
+(``engine/memory.py``), without a kernel: which processes it counts, how it counts shared
 pages, that it stops a kernel once, and that every kernel process is the out-of-memory
 killer's first choice. The sandboxed batch with a memory bomb is in
 ``test_grading_attacks.py``."""
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib.grading import memory
-from transformer_lib.grading.kernel import WATCH_PERIOD, watch
+from transformer_grader.engine import memory
+from transformer_grader.engine.kernel import WATCH_PERIOD, watch
 
 MB = 2**20
-LAUNCH = Path(memory.__file__).parent / "runner" / "launch.py"
+LAUNCH = Path(memory.__file__).parents[1] / "runner" / "launch.py"
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads Linux's /proc"
@@ -128,3 +128,47 @@ def test_every_kernel_process_is_the_oom_killers_first_choice():
         check=True,
     )
     assert done.stdout.strip() == "1000"
+
+
+# --------------------------------------------------------------------------------------
+# Memory no process maps (issue 27, attack 8): memfds and in-memory files held open
+# --------------------------------------------------------------------------------------
+MEMFD_HOLDER = """
+import os, time
+fds = []
+for _ in range({count}):
+    fd = os.memfd_create("held")
+    for _ in range({mb}):
+        os.write(fd, b"x" * 2**20)
+    fds.append(fd)
+copy = os.dup(fds[0])  # the same file twice: counted once
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_memfds_held_open_count_against_the_kernel():
+    process = subprocess.Popen(
+        [sys.executable, "-S", "-c", MEMFD_HOLDER.format(count=3, mb=40)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        held = memory.used(process.pid)
+        # 120 MB in memfds, mapped by no one: not in the process's PSS
+        assert memory._process_bytes(process.pid) < 60 * MB
+        assert 120 * MB <= held < 200 * MB  # each memfd once, the dup not again
+        assert memory.overuse(process.pid, 100 * MB) is not None
+    finally:
+        _end(process)
+
+
+def test_the_graders_own_tmp_is_not_counted(tmp_path):
+    """Unsandboxed, a kernel's /tmp is the machine's: its files are not the kernel's."""
+    holder = _holder(1)
+    try:
+        assert memory._sandbox_tmpfs([holder.pid]) == 0
+    finally:
+        _end(holder)
