@@ -235,10 +235,10 @@ def _drawn_tokens(seed: int):
     return {
         "tokens": _batch(rng, rows, length, 0, lengths),
         "pad3": _batch(rng, 2, other, pad, [rng.randint(1, other - 1), 0]),
-        "one": torch.tensor([[rng.randint(1, 29)]]),
+        "one": torch.tensor([[rng.randint(1, 10_000)]]),
         "padded_row": _batch(rng, 2, other, 0, [0, rng.randint(1, other)]),
         "padded3": _batch(rng, 2, other, pad, [0, rng.randint(1, other)]),
-        "lengths": (rng.randint(2, 6), rng.randint(7, 12), 1),
+        "lengths": (rng.randint(2, 64), rng.randint(65, 160), rng.randint(161, 300)),
         "tgt": (rng.randint(2, length - 1), length + rng.randint(1, 4), 1, rng.randint(1, 5)),
         "pad": (0, pad),
     }
