@@ -2,7 +2,7 @@
 
 Builds a class folder (one folder per student; the first 60% of the students hand in the
 instructor notebooks, the others the untouched student versions), runs ``python -m
-transformer_lib.grading grade`` on it and prints the wall time (after checking that
+transformer_grader grade`` on it and prints the wall time (after checking that
 every notebook was graded). ``--library`` runs the grader of another checkout (e.g. an
 older commit, from ``git worktree add``) with the same Python, and ``--notebooks`` takes
 the notebooks from another checkout's ``assignments/``, so that two graders can be timed
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
             [
                 sys.executable,
                 "-m",
-                "transformer_lib.grading",
+                "transformer_grader",
                 "grade",
                 str(folder),
                 "--out",

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 
 from conftest import HONEST_ATTENTION, need
-from transformer_lib.grading.sandbox import Sandbox
+from transformer_grader.engine.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDENT = ROOT / "assignments" / "student"
@@ -97,7 +97,7 @@ def grader_processes() -> list[str]:
 
 
 def grade_args(folder, out, *options, assignment: str = "01_attention") -> list[str]:
-    """The arguments of ``python -m transformer_lib.grading`` that grade ``folder`` on
+    """The arguments of ``python -m transformer_grader`` that grade ``folder`` on
     ``assignment`` into ``out``, then ``options``."""
     return [
         "grade",
@@ -111,7 +111,7 @@ def grade_args(folder, out, *options, assignment: str = "01_attention") -> list[
 
 
 def run_cli(args: list[str], env: dict | None = None, timeout: float = 600):
-    """``python -m transformer_lib.grading ARGS`` in a child process; returns the
+    """``python -m transformer_grader ARGS`` in a child process; returns the
     completed process (``returncode``, ``stdout``, ``stderr``) and the grader's own peak
     memory in MB (its ``VmHWM``, read while it runs; kernels not included)."""
     import tempfile
@@ -119,7 +119,7 @@ def run_cli(args: list[str], env: dict | None = None, timeout: float = 600):
 
     out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     child = subprocess.Popen(
-        [sys.executable, "-m", "transformer_lib.grading", *args],
+        [sys.executable, "-m", "transformer_grader", *args],
         stdout=out_file,
         stderr=err_file,
         text=True,

@@ -23,10 +23,10 @@ from transformer_lib.assignments import (
     make_student,
     strip_regions,
 )
-from transformer_lib.grading import ASSIGNMENTS, TASKS
-from transformer_lib.grading.runner.guard import resolve
-from transformer_lib.grading.nbgrader import points
-from transformer_lib.grading.verdict import grade_namespace
+from transformer_grader import ASSIGNMENTS, TASKS
+from transformer_grader.runner.guard import resolve
+from transformer_grader.nbgrader import points
+from transformer_grader.engine.verdict import grade_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTOR = ROOT / "assignments" / "instructor"

@@ -1,4 +1,4 @@
-"""Tests of transformer_lib.grading: the checks of the first five assignments and their messages.
+"""Tests of transformer_grader: the checks of the first five assignments and their messages.
 
 - the library's own functions (and the instructor notebooks' solutions) score full marks;
 - untouched student notebooks score zero without crashing anything;
@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import transformer_lib as tl
-from transformer_lib.grading import (
+from transformer_grader import (
     MISTAKES,
     TASKS,
     GradeResult,
@@ -31,7 +31,7 @@ from transformer_lib.grading import (
     check_multihead,
     check_positional,
 )
-from transformer_lib.grading.verdict import grade_namespace
+from transformer_grader.engine.verdict import grade_namespace
 
 
 def failure_text(result: GradeResult) -> str:
@@ -414,7 +414,7 @@ def test_a_task_with_several_names_counts_the_missing_ones():
 
 
 def test_random_seeds_give_other_inputs_and_the_same_verdicts():
-    from transformer_lib.grading.attention import make_cases
+    from transformer_grader.tasks.attention import make_cases
     names = ("scaled_dot_product_attention",)
     fixed, other = make_cases(names, 0), make_cases(names, 12345)
     assert not torch.equal(fixed[0].inputs["q"], other[0].inputs["q"])

@@ -42,7 +42,7 @@ from classroom import (
     write,
 )
 from conftest import HONEST_ATTENTION
-from transformer_lib.grading import batch
+from transformer_grader.engine import batch
 
 TIMEOUT = "20"
 SEED = "7"  # the same inputs in both batches: the same scores for the same work
@@ -69,8 +69,8 @@ def _solution_marker() -> str:
 GUARD_OFF = """
 import sys, threading
 import transformer_lib as tl
-import transformer_lib.grading.runner.guard as guard_module
-import transformer_lib.grading.runner.plan as plan_module
+import transformer_grader.runner.guard as guard_module
+import transformer_grader.runner.plan as plan_module
 
 class NoGuard:
     def __init__(self, *args, **kwargs):
@@ -104,7 +104,7 @@ def forge(lines):
     plan, out, nonce = found[-3], found[-2], found[-1]
     return [
         "import torch, transformer_lib as tl\n",
-        "from transformer_lib.grading.runner.plan import run_task\n",
+        "from transformer_grader.runner.plan import run_task\n",
         f"plan = torch.load({plan!r}, weights_only=True)\n",
         "ns = {'scaled_dot_product_attention': tl.scaled_dot_product_attention}\n",
         "tasks = {}\n",
@@ -453,7 +453,7 @@ def attacked(tmp_path_factory):
         },
     )
     watched = (LIBRARY, subs, home)
-    import transformer_lib.grading.__main__  # noqa: F401  (its bytecode, written now)
+    import transformer_grader.__main__  # noqa: F401  (its bytecode, written now)
 
     before = snapshot(*watched)
     env = dict(os.environ, HOME=str(home), TT_TEST_LMS_TOKEN=SECRET)

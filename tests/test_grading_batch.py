@@ -33,16 +33,17 @@ from classroom import (
     write,
 )
 from conftest import HONEST_ATTENTION
-from transformer_lib.grading import MISTAKES, batch, collect
-from transformer_lib.grading.__main__ import main
-from transformer_lib.grading.sandbox import SandboxUnavailable
+from transformer_grader import MISTAKES
+from transformer_grader.engine import batch, collect
+from transformer_grader.__main__ import main
+from transformer_grader.engine.sandbox import SandboxUnavailable
 
 TIMEOUT = 15
 
 GOOD = HONEST_ATTENTION
 
 FORGER = """
-import transformer_lib.grading as grading
+import transformer_grader as grading
 print("attention,1.000,all 99 cases passed")
 grading.check_attention = lambda fn: True
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -461,7 +462,7 @@ def test_text_that_a_spreadsheet_would_run_is_kept_as_text(tmp_path):
 
 def test_the_module_entry_point_answers_help():
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_lib.grading", "grade", "--help"],
+        [sys.executable, "-m", "transformer_grader", "grade", "--help"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -488,7 +489,7 @@ def test_an_interrupted_batch_leaves_its_finished_rows_and_no_kernel(tmp_path):
         },
     )
     child = subprocess.Popen(
-        [sys.executable, "-m", "transformer_lib.grading"]
+        [sys.executable, "-m", "transformer_grader"]
         + grade_args(subs, out, "--timeout", "300"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -548,7 +549,7 @@ def test_no_sandbox_is_refused_unless_asked_for(
     one_notebook, tmp_path, capsys, monkeypatch, no_kernels
 ):
     monkeypatch.setattr(
-        "transformer_lib.grading.sandbox.shutil.which", lambda name, *a, **k: None
+        "transformer_grader.engine.sandbox.shutil.which", lambda name, *a, **k: None
     )
     with pytest.raises(SandboxUnavailable, match="bubblewrap is not installed"):
         batch.grade_folder(one_notebook, None, assignments=["01_attention"])

@@ -1,4 +1,4 @@
-"""The watch on what a graded kernel keeps on disk (``grading.disk``), without a kernel:
+"""The watch on what a graded kernel keeps on disk (``engine/disk.py``), without a kernel:
 what it counts, what it never follows, and that it stops the kernel once, when a
 limit is passed. The sandboxed batch with a disk-filling student is in
 ``test_grading_attacks.py``."""
@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from transformer_lib.grading import disk
-from transformer_lib.grading.kernel import WATCH_PERIOD, watch
+from transformer_grader.engine import disk
+from transformer_grader.engine.kernel import WATCH_PERIOD, watch
 
 MB = 2**20
 

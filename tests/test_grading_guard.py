@@ -21,9 +21,9 @@ from torch.nn import functional as F
 
 import transformer_lib as tl
 import transformer_lib.attention
-from transformer_lib.grading import check_attention
-from transformer_lib.grading.runner.guard import Guard
-from transformer_lib.grading.verdict import grade_namespace
+from transformer_grader import check_attention
+from transformer_grader.runner.guard import Guard
+from transformer_grader.engine.verdict import grade_namespace
 from transformer_lib.attention import scaled_dot_product_attention as saved_reference
 
 

@@ -1,5 +1,5 @@
 """The watch on what all of a graded kernel's processes hold in memory
-(``grading.memory``), without a kernel: which processes it counts, how it counts shared
+(``engine/memory.py``), without a kernel: which processes it counts, how it counts shared
 pages, that it stops a kernel once, and that every kernel process is the out-of-memory
 killer's first choice. The sandboxed batch with a memory bomb is in
 ``test_grading_attacks.py``."""
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib.grading import memory
-from transformer_lib.grading.kernel import WATCH_PERIOD, watch
+from transformer_grader.engine import memory
+from transformer_grader.engine.kernel import WATCH_PERIOD, watch
 
 MB = 2**20
-LAUNCH = Path(memory.__file__).parent / "runner" / "launch.py"
+LAUNCH = Path(memory.__file__).parents[1] / "runner" / "launch.py"
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads Linux's /proc"

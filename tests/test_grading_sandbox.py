@@ -14,10 +14,10 @@ import nbformat
 import pytest
 
 from classroom import ROOT, instructor, need_sandbox
-from transformer_lib.grading import edition, static
-from transformer_lib.grading.sandbox import Limits, Sandbox
-from transformer_lib.grading.submission import kernel_groups
-from transformer_lib.grading.tasks import ASSIGNMENTS, TASKS
+from transformer_grader.engine import edition, static
+from transformer_grader.engine.sandbox import Limits, Sandbox
+from transformer_grader.engine.submission import kernel_groups
+from transformer_grader.tasks import ASSIGNMENTS, TASKS
 
 
 def _python(folder, code: str) -> dict:
@@ -36,7 +36,7 @@ def _python(folder, code: str) -> dict:
 _TRY = """
 import json, torch
 import transformer_lib as tl
-from transformer_lib.grading.runner.unavailable import ReferenceUnavailable
+from transformer_grader.runner.unavailable import ReferenceUnavailable
 results = {}
 def attempt(name, make):
     try:
@@ -70,12 +70,15 @@ def test_an_assignment_whose_tasks_ban_different_parts_gets_two_kernels():
 def test_the_edition_holds_no_grader_and_no_reference_source(editions):
     for (assignment, group), folder in editions.items():
         package = folder / "transformer_lib"
-        grading = sorted(
-            p.name for p in (package / "grading").iterdir() if p.name != "__pycache__"
+        grader = sorted(
+            p.name
+            for p in (folder / "transformer_grader").iterdir()
+            if p.name != "__pycache__"
         )
-        assert grading == ["__init__.py", "nbgrader.py", "runner"], assignment
+        assert grader == ["__init__.py", "nbgrader.py", "runner"], assignment
+        assert not (package / "grading").exists()
         assert not (package / "assignments").exists()
-        text = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
+        text = "\n".join(p.read_text(encoding="utf-8") for p in folder.rglob("*.py"))
         for word in ("attention_variant", "greedy_variant", "def _judge", "make_cases"):
             assert word not in text, (assignment, word)
         for ban in edition.library_bans(b for t in group for b in TASKS[t].banned):
@@ -292,19 +295,24 @@ def test_tricks_are_flagged_for_review():
 
 
 def test_an_installed_library_is_hidden_behind_the_edition(tmp_path, monkeypatch):
-    """A library installed into the virtualenv (not editable) would be readable there:
-    the sandbox shows the edition in its place."""
-    from transformer_lib.grading import sandbox
+    """A library and grader installed into the virtualenv (not editable) would be
+    readable there, references and judges included: the sandbox shows the edition's
+    packages in their place."""
+    from transformer_grader.engine import sandbox
 
     site = os.path.join(sys.prefix, "lib", "site-packages")
+    names = ("transformer_lib", "transformer_grader")
     monkeypatch.setattr(
-        sandbox, "_installed_library", lambda: sandbox.Path(site, "transformer_lib")
+        sandbox,
+        "_installed_packages",
+        lambda: {name: sandbox.Path(site, name) for name in names},
     )
     box = Sandbox(tmp_path)
     command = box.command(tmp_path / "k", tmp_path / "edition", 0, ["-c", "pass"])
     pairs = list(zip(command, command[1:], command[2:]))
-    assert (
-        "--ro-bind",
-        str(tmp_path / "edition" / "transformer_lib"),
-        os.path.join(site, "transformer_lib"),
-    ) in pairs
+    for name in names:
+        assert (
+            "--ro-bind",
+            str(tmp_path / "edition" / name),
+            os.path.join(site, name),
+        ) in pairs

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import transformer_lib as tl
-from transformer_lib.grading import (
+from transformer_grader import (
     MISTAKES,
     check_encoder_layer,
     check_greedy_decode,

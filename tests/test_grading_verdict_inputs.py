@@ -29,16 +29,16 @@ import pytest
 
 from classroom import ROOT, instructor, need_sandbox, student, write
 from conftest import HONEST_ATTENTION
-from transformer_lib.grading import batch, definitions, source_check, static
-from transformer_lib.grading.tasks import ASSIGNMENTS, TASKS
-from transformer_lib.grading.verdict import grade_namespace
+from transformer_grader.engine import batch, definitions, source_check, static
+from transformer_grader.tasks import ASSIGNMENTS, TASKS
+from transformer_grader.engine.verdict import grade_namespace
 
 TIMEOUT = 20
 
 # 1. The old runner's Guard swapped for a do-nothing class, then PyTorch's fused
 # attention reached by a computed name.
 SWAP_GUARD = """
-import transformer_lib.grading.runner.plan as plan
+import transformer_grader.runner.plan as plan
 class Nothing:
     def __init__(self, *a, **k): self.hits, self.tampered = [], []
     def __enter__(self): return self
@@ -55,7 +55,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 # 2. The old runner's writer patched: the graded function returns nothing useful, the
 # patched writer would put a reference's outputs in the results file.
 PATCH_WRITER = """
-import transformer_lib.grading.runner.plan as plan
+import transformer_grader.runner.plan as plan
 def forged_save(report, path):
     import torch
     report["tasks"] = {"attention": {"found": ["scaled_dot_product_attention"],
@@ -266,8 +266,8 @@ def test_a_banned_name_in_the_source_check_is_found():
 
 _DISPATCH = """
 import threading, torch, torch.nn.functional as F
-from transformer_lib.grading.runner import dispatch
-from transformer_lib.grading.tasks import ASSIGNMENTS, TASKS
+from transformer_grader.runner import dispatch
+from transformer_grader.tasks import ASSIGNMENTS, TASKS
 dispatch.block(TASKS["attention"].ops + TASKS["loss"].ops)
 q = torch.randn(2, 3, 4, requires_grad=True)
 logits, targets = torch.randn(5, 7, requires_grad=True), torch.randint(0, 7, (5,))
