@@ -195,7 +195,7 @@ def test_statements_on_one_line_are_taken_apart():
 @pytest.mark.parametrize(
     "body, hit",
     [
-        ("return getattr(torch, name)(q)", "getattr with a computed name"),
+        ("return getattr(torch, name)(q)", "calls getattr with a computed name"),
         ("return vars(torch)['softmax'](q)", "(vars)"),
         ("return globals()['x']", "(globals)"),
         ("return torch.__dict__['softmax'](q)", "__dict__"),

@@ -369,7 +369,13 @@ class Source:
                         and isinstance(inner.args[1].value, str)
                     )
                 ):
-                    hit(inner, f"{inner.func.id} with a computed name")
+                    hit(inner, f"calls {inner.func.id} with a computed name")
+            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+                isinstance(inner, ast.Name)
+            ):  # a method or class attribute named like one: `def __torch_function__`
+                named = getattr(inner, "name", None) or getattr(inner, "id", "")
+                if named.startswith("__torch_") and named in _DENIED_ATTRIBUTES:
+                    hit(inner, _DENIED_ATTRIBUTES[named])
             if isinstance(inner, ast.Attribute):
                 if inner.attr in _DENIED_ATTRIBUTES:
                     hit(inner, _DENIED_ATTRIBUTES[inner.attr])

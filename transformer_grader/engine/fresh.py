@@ -118,7 +118,10 @@ async def run(
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
-                env=sandbox.outer_env(),
+                # unsandboxed, the environment bwrap would set inside (the edition)
+                env=sandbox.outer_env()
+                if sandbox.confined
+                else sandbox.kernel_env(private, edition),
                 limit=2**20,
             )
 

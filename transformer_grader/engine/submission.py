@@ -135,6 +135,10 @@ async def grade_notebook(
         hits = checked["tasks"][task]["policy"]
         if used:
             verdicts[task] = judge_source(TASKS[task], cases[task], used)
+        elif hits and verdicts[task]["flags"]:  # already 0: a reference it reached
+            verdicts[task]["flags"] += judge_policy(TASKS[task], cases[task], hits)[
+                "flags"
+            ]
         elif hits:
             verdicts[task] = judge_policy(TASKS[task], cases[task], hits)
     for verdict in verdicts.values():
