@@ -138,7 +138,15 @@ _DENIED_ATTRIBUTES = {
 _NAME_FUNCTIONS = ("getattr", "setattr", "delattr", "hasattr")
 # imports flagged anywhere in the notebook (in graded code, every import outside
 # ALLOWED_MODULES is a hit)
-_REVIEW_IMPORTS = ("ctypes", "importlib", "gc", "inspect", "IPython", "ipykernel", "zmq")
+_REVIEW_IMPORTS = {
+    "ctypes": "calls C functions directly (ctypes)",
+    "importlib": "imports by a computed name (importlib)",
+    "gc": "searches the garbage collector (gc)",
+    "inspect": "reads the interpreter's frames (inspect)",
+    "IPython": "uses IPython's machinery (IPython)",
+    "ipykernel": "uses the kernel's machinery (ipykernel)",
+    "zmq": "talks on the kernel's sockets (zmq)",
+}
 # cell magics whose body is Python that runs (read as such); the others are flagged only
 _PYTHON_CELL_MAGICS = ("capture", "time", "timeit", "prun")
 _QUIET_CELL_MAGICS = ("time", "timeit")  # show the code's output: not worth a flag
@@ -359,7 +367,8 @@ class Source:
                             head in _REVIEW_IMPORTS
                         )
                     if denied and module and not module.endswith(".*"):
-                        hit(inner, f"imports {module}")
+                        what = _REVIEW_IMPORTS.get(head)
+                        hit(inner, f"imports {module}" + (f": {what}" if what else ""))
                         break
             elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
                 if inner.func.id in _NAME_FUNCTIONS and (
