@@ -27,7 +27,7 @@ import textwrap
 
 import pytest
 
-from classroom import ROOT, instructor, need_sandbox, student, write
+from classroom import ROOT, instructor, need_sandbox, processes, student, write
 from conftest import HONEST_ATTENTION
 from transformer_grader.engine import batch, definitions, source_check, static
 from transformer_grader.tasks import ASSIGNMENTS, TASKS
@@ -119,8 +119,11 @@ def graded(tmp_path_factory):
     batch.grade_folder(
         subs, out, timeout=TIMEOUT, jobs=2, assignments=["01_attention"], log=None
     )
+    left = processes("transformer_grader.runner.serve")
     with open(out, newline="", encoding="utf-8") as handle:  # csv's default limits
-        return {row["student"]: row for row in csv.DictReader(handle)}
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    rows["left running"] = left
+    return rows
 
 
 def test_honest_rows_are_unchanged_and_unflagged(graded):
@@ -146,6 +149,10 @@ def test_each_attacker_scores_what_its_code_earns(graded, name, reason):
     row = graded[name]
     assert row["attention"] == "0.000", row
     assert reason in row["flags"] + row["feedback"], row
+
+
+def test_no_cases_interpreter_is_left_running(graded):
+    assert graded["left running"] == []
 
 
 def test_kernel_tricks_are_flagged_for_review(graded):
