@@ -154,6 +154,13 @@ _CELL_MAGIC = re.compile(r"\A\s*%%([A-Za-z_]\w*)[^\n]*(?:\n|\Z)")
 
 
 def _transform(source: str) -> str:
+    """The cell as IPython runs it; plain Python (most cells) is left as it is, without
+    importing IPython."""
+    try:
+        ast.parse(source)
+        return source
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
@@ -424,3 +431,28 @@ class Source:
             for node in cell.tree.body:
                 found += [h for h in self._hits_in(cell, node, False) if h not in found]
         return found
+
+
+def main() -> int:
+    """``python -I definitions.py``: the request of ``source_check.check`` (JSON) on
+    standard input, the answer (JSON) on standard output."""
+    import json
+    import sys
+
+    request = json.loads(sys.stdin.buffer.read())
+    source = Source([(int(i), str(s)) for i, s in request["cells"]])
+    out = {"review": source.review(), "tasks": {}, "groups": []}
+    for task, names in request["tasks"].items():
+        out["tasks"][task] = {
+            "names": source.names_used(names),
+            "policy": source.policy_hits(names),
+            "found": [n for n in names if n in source.bindings],
+        }
+    for names in request["groups"]:
+        out["groups"].append(source.definitions(names))
+    sys.stdout.write(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

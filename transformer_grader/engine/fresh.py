@@ -15,9 +15,9 @@ PyTorch) costs no wall time of its own on a machine with a free core:
   (``torch.load(weights_only=True)``);
 - a deadline (start-up, then ``max(timeout, 30)`` seconds for the definitions and the
   cases) and the same watches as a kernel (memory of all its processes, its private
-  folder) stop it; standard error goes to a log in its private folder. It runs at a
-  lower priority (``NICE``) than the kernel, whose cells run under the notebook's
-  deadline.
+  folder) stop it; standard error goes to a log in its private folder. (It runs at the
+  kernel's priority: niced, it crawled on a machine shared with other work, and the
+  batch took twice as long.)
 
 No nonce, no file the kernel can write, nothing on the kernel's Jupyter channels enters
 the verdict.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import shutil
 import time
 
 import torch
@@ -36,7 +35,6 @@ from . import disk, memory
 from ..runner.serve import MAGIC
 
 MAX_RESULTS_BYTES = 256 * 2**20
-NICE = 5  # the cases' interpreter yields to the kernel, whose cells are timed
 _MODULE = "transformer_grader.runner.serve"
 
 
@@ -114,8 +112,6 @@ async def run(
     sandboxed interpreter. Returns (report or None, why it is missing or incomplete)."""
     private = sandbox.private_folder(name, slot)
     argv = sandbox.command(private, edition, slot, ["-P", "-m", _MODULE])
-    if shutil.which("nice"):  # the notebook's timed cells come first on a busy machine
-        argv = [shutil.which("nice"), "-n", str(NICE), *argv]
     frames, limits = _Frames(), sandbox.limits
     try:
         with open(private / "runner.log", "wb") as log:

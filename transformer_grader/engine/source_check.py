@@ -2,9 +2,9 @@
 
 Parsing is not free: IPython's input transformer and ``ast`` on one 4 MB cell of
 ``x = [a, a, ...]`` take gigabytes and minutes. So the grader hands the code cells to
-``python -P -m transformer_grader.engine.source_check`` (through ``runner/launch.py``:
+``python -I .../engine/definitions.py`` (through ``runner/launch.py``:
 ``MEMORY_MB`` of address space, ``CPU_SECONDS`` of CPU time, ``WALL_SECONDS`` in all),
-which runs ``definitions.check`` and answers in JSON. Code cells holding more than
+which answers in JSON (``definitions.main``). Code cells holding more than
 ``MAX_SOURCE_CHARS`` characters in all are not even sent. A notebook over any of these
 bounds is "not graded: too large to check" (0 on its tasks); the grader itself never
 parses it.
@@ -24,7 +24,7 @@ CPU_SECONDS = 30
 WALL_SECONDS = 90
 MAX_ANSWER_BYTES = 64 * 2**20
 TOO_LARGE = "not graded: too large to check"
-_LIBRARY = str(Path(__file__).resolve().parents[2])
+_DEFINITIONS = str(Path(__file__).resolve().parent / "definitions.py")
 _LAUNCH = str(Path(__file__).resolve().parents[1] / "runner" / "launch.py")
 
 
@@ -53,9 +53,10 @@ def check(nb, tasks: dict, groups: list) -> dict:
         raise TooLarge(f"{TOO_LARGE} (its code passes {MAX_SOURCE_CHARS} characters)")
     request = json.dumps({"cells": cells, "tasks": tasks, "groups": groups})
     limits = [f"AS={MEMORY_MB * 2**20}", f"CPU={CPU_SECONDS}", "CORE=0"]
-    env = {"PYTHONPATH": _LIBRARY, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"})
-    command = [sys.executable, _LAUNCH, *limits, "--", "-P", "-m", __name__]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
+    # by path, isolated (-I): only the standard library and IPython, not the grader's
+    # packages (importing them would import PyTorch: seconds per notebook)
+    command = [sys.executable, _LAUNCH, *limits, "--", "-I", _DEFINITIONS]
     try:
         done = subprocess.run(
             command,
@@ -75,25 +76,3 @@ def check(nb, tasks: dict, groups: list) -> dict:
             else f"{TOO_LARGE} (its definitions are too large)"
         )
     return json.loads(done.stdout)
-
-
-def main() -> int:
-    from .definitions import Source
-
-    request = json.loads(sys.stdin.buffer.read(4 * MAX_SOURCE_CHARS))
-    source = Source([(int(i), str(s)) for i, s in request["cells"]])
-    out = {"review": source.review(), "tasks": {}, "groups": []}
-    for task, names in request["tasks"].items():
-        out["tasks"][task] = {
-            "names": source.names_used(names),
-            "policy": source.policy_hits(names),
-            "found": [n for n in names if n in source.bindings],
-        }
-    for names in request["groups"]:
-        out["groups"].append(source.definitions(names))
-    sys.stdout.write(json.dumps(out))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
