@@ -315,6 +315,7 @@ def test_cli_sigterm_writes_a_resumable_checkpoint(tmp_path):
     (["--batch-size", "2", "--accumulate", "3"], "argument --batch-size: .* at least 3"),
     (["--precision", "fp16"], "argument --precision: precision 'fp16' needs a CUDA"),
     (["--resume", "{other}", "--seed", "1"], "argument --resume: .*seed: saved 0, now 1"),
+    (["--resume", "{other}", "--threads", "2"], "argument --resume: .*threads: saved 1, now 2"),
 ])
 def test_cli_refuses_bad_resume_and_settings(tmp_path, capsys, stopped_checkpoint,
                                              extra, message):
@@ -326,8 +327,12 @@ def test_cli_refuses_bad_resume_and_settings(tmp_path, capsys, stopped_checkpoin
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     names = {"missing": tmp_path / "missing.pt", "truncated": truncated, "other": other}
     extra = [e.format(**names) for e in extra]
-    with pytest.raises(SystemExit) as exit_info:
-        nw.main([*CLI, "--out", str(tmp_path / "out.pt"), *extra])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            nw.main([*CLI, "--out", str(tmp_path / "out.pt"), *extra])
+    finally:
+        torch.set_num_threads(threads)  # --threads 2 is set before the resume check
     assert exit_info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
     # nothing was written: the damaged or other checkpoint is as it was

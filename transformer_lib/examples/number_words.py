@@ -529,7 +529,7 @@ def _parser() -> argparse.ArgumentParser:
                              "the step is the same as with one big batch")
     parser.add_argument("--resume", default=None, metavar="PATH",
                         help="continue the run saved in this checkpoint (give the same "
-                             "settings it was started with)")
+                             "settings it was started with, --threads included)")
     parser.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
                         help="stop as if signalled once this many steps of the run are "
                              "done (to train in slices); resume with --resume")

@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--accumulate", type=positive, default=1,
                        help="micro-batches per optimizer step (gradient accumulation)")
     train.add_argument("--resume", default=None, metavar="PATH",
-                       help="continue the run saved in this checkpoint (same settings)")
+                       help="continue the run saved in this checkpoint (same settings, "
+                            "--threads included)")
     train.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
                        help="stop as if signalled once this many steps are done")
     train.add_argument("--beam", type=positive, default=1,
