@@ -62,7 +62,14 @@ def _output_text(cell) -> str:
 
 
 def _cpu_rows() -> list:
-    return [row for row in _results()["results"] if row["device"] == "cpu"]
+    """The CPU rows measured with the library's RECIPE (the file keeps earlier recipes'
+    rows too, each with its recipe)."""
+    from transformer_lib.translate.presets import RECIPE
+
+    rows = [row for row in _results()["results"]
+            if row["device"] == "cpu" and row["recipe"] == RECIPE]
+    assert rows, "no row of the results file was measured with the current RECIPE"
+    return rows
 
 
 def _mean(rows, minutes, search: str, key: str) -> float:
