@@ -287,8 +287,10 @@ def train(model, batches, optimizer, scheduler=None, *, max_steps=None, max_seco
     clock = clock if clock is not None else RunClock()
     history = {"step": [], "loss": [], "acc": [], "lr": [], "seconds": []}
     total = max_steps if max_steps is not None else length
+    # Redrawn at most every 2 s: in a notebook each redraw is a message to the front end,
+    # and a client that reads them only when the cell ends (nbval) drops what overflows.
     bar = tqdm(total=total, initial=start_step, disable=not progress, desc="training",
-               unit="step")
+               unit="step", mininterval=2.0)
     clock.start()
     loss_sum = acc_sum = 0.0
     count, step = 0, start_step
@@ -298,7 +300,8 @@ def train(model, batches, optimizer, scheduler=None, *, max_steps=None, max_seco
         lr = optimizer.param_groups[0]["lr"]
         for key, value in zip(history, (step, loss_sum / count, acc_sum / count, lr, clock())):
             history[key].append(value)
-        bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{acc_sum / count:.3f}", lr=f"{lr:.2e}")
+        bar.set_postfix(loss=f"{loss_sum / count:.3f}", acc=f"{acc_sum / count:.3f}",
+                        lr=f"{lr:.2e}", refresh=False)  # shown at the bar's next redraw
         loss_sum = acc_sum = 0.0
         count = 0
         if callback is not None:
