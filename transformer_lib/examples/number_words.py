@@ -61,8 +61,9 @@ from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..precision import PRECISIONS, check_precision, grad_scaler
 from ..stopping import StopFlag
-from ..translate.arguments import check_device_args, int_at_least, positive_float
-from ..translate.checkpoints import check_output_path, read_checkpoint, to_cpu
+from ..translate.arguments import (check_device_args, check_world_args, int_at_least,
+                                  positive_float)
+from ..translate.checkpoints import check_output_path, read_checkpoint, to_cpu  # noqa: F401
 from ..translate.trainer import (  # noqa: F401 (names of this module's interface)
     EXIT_STOPPED,
     LinearDecay,
@@ -465,27 +466,6 @@ def _check_args(parser: argparse.ArgumentParser, args) -> None:
     check_device_args(parser, args)
 
 
-def _check_world_args(parser: argparse.ArgumentParser, args, world) -> dict | None:
-    """The checks that depend on the processes: the batch must cut into their micro-batches,
-    rank 0 (which writes) must be able to write --out, and --resume must be readable.
-    Returns the checkpoint to resume from (or None)."""
-    try:
-        check_batch_size(args.batch_size, world.size, args.accumulate)
-    except ValueError as error:
-        parser.error(f"argument --batch-size: {error}")
-    if world.is_main:
-        try:
-            check_output_path(args.out)
-        except ValueError as error:
-            parser.error(f"argument --out: {error}")
-    if args.resume is None:
-        return None
-    try:
-        return load_resumable(args.resume)
-    except (OSError, ValueError) as error:
-        parser.error(f"argument --resume: {error}")
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_lib.examples.number_words",
@@ -556,7 +536,7 @@ def main(argv=None) -> int:
 
 def _main(parser: argparse.ArgumentParser, args, world: distributed.World,
           stop: StopFlag) -> int:
-    resume = _check_world_args(parser, args, world)
+    resume = check_world_args(parser, args, world, load_resumable)
     if args.threads:
         torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000

@@ -23,7 +23,7 @@ import torch
 from .. import distributed
 from ..precision import PRECISIONS
 from ..stopping import StopFlag
-from .arguments import check_device_args, int_at_least, positive_float
+from .arguments import check_device_args, check_world_args, int_at_least, positive_float
 from .checkpoints import (
     average_checkpoints,
     check_output_path,
@@ -260,21 +260,7 @@ def _train(parser, args) -> int:
 
 
 def _train_world(parser, args, world, stop) -> int:
-    try:
-        check_batch_size(args.batch_size, world.size, args.accumulate)
-    except ValueError as error:
-        parser.error(f"argument --batch-size: {error}")
-    if world.is_main:
-        try:
-            check_output_path(args.out)
-        except ValueError as error:
-            parser.error(f"argument --out: {error}")
-    resume = None
-    if args.resume is not None:
-        try:
-            resume = load_resumable(args.resume)
-        except (OSError, ValueError) as error:
-            parser.error(f"argument --resume: {error}")
+    resume = check_world_args(parser, args, world, load_resumable)
     if args.threads:
         torch.set_num_threads(args.threads)
     say = print if world.is_main else (lambda *values, **options: None)

@@ -52,3 +52,28 @@ def check_device_args(parser: argparse.ArgumentParser, args) -> None:
         check_precision(args.precision, device or get_device())
     except ValueError as error:
         parser.error(f"argument --precision: {error}")
+
+
+def check_world_args(parser: argparse.ArgumentParser, args, world, load_resumable):
+    """The checks that depend on the processes: the batch must cut into their micro-batches,
+    rank 0 (which writes) must be able to write ``--out``, and ``--resume`` must be readable
+    by ``load_resumable`` (each command's own). Returns the checkpoint to resume from, or
+    None."""
+    from .checkpoints import check_output_path
+    from .trainer import check_batch_size
+
+    try:
+        check_batch_size(args.batch_size, world.size, args.accumulate)
+    except ValueError as error:
+        parser.error(f"argument --batch-size: {error}")
+    if world.is_main:
+        try:
+            check_output_path(args.out)
+        except ValueError as error:
+            parser.error(f"argument --out: {error}")
+    if args.resume is None:
+        return None
+    try:
+        return load_resumable(args.resume)
+    except (OSError, ValueError) as error:
+        parser.error(f"argument --resume: {error}")
