@@ -21,9 +21,9 @@ itself once more, deterministic, in a fresh process and prints the cost of deter
 (deterministic time / fast time) for each measurement. Default: both on a GPU; on the
 CPU, where determinism is free, on (``tl.set_seed``'s default there).
 
-Then it says whether the targets are met: on a GPU, fused attention <= 1.00x at every
-L >= 128 and the training step <= 1.00x; on the CPU, attention <= 1.10x and the training
-step <= 1.05x. ``--json [PATH]`` writes everything, with the machine's description, to
+Then it says whether the targets are met (issue 28, determinism off on a GPU): on a GPU,
+fused attention <= 1.00x at every L >= 128 and the training step <= 0.95x; on the CPU,
+attention <= 1.10x and the training step <= 1.00x. ``--json [PATH]`` writes everything, with the machine's description, to
 PATH (default: benchmarks/results/attention_<device>.json).
 """
 from __future__ import annotations
@@ -48,8 +48,8 @@ from _timing import (
     write_json,
 )
 
-TARGETS = {"cuda": {"attention": 1.00, "train_step": 1.00},
-           "cpu": {"attention": 1.10, "train_step": 1.05}}
+TARGETS = {"cuda": {"attention": 1.00, "train_step": 0.95},
+           "cpu": {"attention": 1.10, "train_step": 1.00}}
 EXPLICIT_MAX_LEN = 1024  # the explicit path stores (B, H, L, L) weights: skip it beyond
 
 
