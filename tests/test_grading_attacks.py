@@ -533,9 +533,10 @@ def test_switching_the_watch_off_does_not_reach_the_reference(attacked):
 
 
 def test_rewriting_the_graders_cell_forges_nothing(attacked):
+    """There is no grader's cell in the kernel any more (issue 27): the cases run in a
+    fresh interpreter; the transformer is flagged and the stub scores what it earns."""
     row = _row(attacked, "transformer")
     assert row["attention"] == "0.000"
-    assert "transformer_lib.attention.scaled_dot_product_attention" in row["flags"]
     assert "rewrites the cells IPython runs" in row["flags"]
 
 
