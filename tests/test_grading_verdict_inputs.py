@@ -26,6 +26,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from classroom import ROOT, instructor, need_sandbox, processes, student, write
 from conftest import HONEST_ATTENTION
@@ -191,6 +192,68 @@ def test_definitions_are_the_graded_code_and_what_it_uses_only():
     assert "SCALE = 2.0" in text and "def helper" in text and "import math" in text
     assert "environ" not in text and "print('hello')" not in text
     assert "threading" not in text and "import os" not in text
+
+
+def test_an_import_of_several_modules_gives_graded_code_only_what_it_uses():
+    """`import time, torch` in a cell of honest work: the graded code needs torch only,
+    so `time` (outside the whitelist) is neither run nor a policy hit."""
+    source = definitions.Source(
+        _cells(
+            "import time, torch\nfrom math import pi, tau",
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            "    return torch.softmax(q, -1) * pi",
+        )
+    )
+    names = ["scaled_dot_product_attention"]
+    text = "\n".join(d["source"] for d in source.definitions(names))
+    assert "import torch" in text and "from math import pi" in text
+    assert "time" not in text and "tau" not in text
+    assert source.policy_hits(names) == []
+    namespace = {}
+    for item in source.definitions(names):
+        exec(compile(item["source"], item["file"], "exec"), namespace)
+    assert "torch" in namespace and "time" not in namespace
+
+
+def test_names_bound_in_top_level_blocks_are_graded_definitions():
+    """A helper, a constant or the graded function itself defined inside a top-level
+    `if`, `for`, `with` or `try` is found, with the block it needs."""
+    source = definitions.Source(
+        _cells(
+            "import torch\ntry:\n    import einops\nexcept ImportError:\n"
+            "    einops = None",
+            "if True:\n    SCALE = 2.0\n    def helper(x):\n        return x * SCALE",
+            "with torch.no_grad():\n    OFFSET = torch.zeros(1)",
+            "for _power in range(3):\n    LAST = _power",
+            "if einops is None:\n"
+            "    def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            "        return helper(q) + OFFSET + LAST",
+            "for i in range(2):\n    print('not graded', i)",
+        )
+    )
+    names = ["scaled_dot_product_attention"]
+    text = "\n".join(d["source"] for d in source.definitions(names))
+    for needed in ("import einops", "def helper", "OFFSET =", "LAST =", "if einops"):
+        assert needed in text, needed
+    assert "not graded" not in text
+    assert source.policy_hits(names) == []
+    namespace = {}
+    for item in source.definitions(names):
+        exec(compile(item["source"], item["file"], "exec"), namespace)
+    q = torch.ones(2)
+    assert torch.equal(namespace["scaled_dot_product_attention"](q, q, q), q * 2 + 2)
+
+
+def test_a_policy_hit_inside_a_top_level_block_of_graded_code_counts():
+    source = definitions.Source(
+        _cells(
+            "import torch\nif True:\n    torch.softmax = lambda x, d: x\n"
+            "    def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            "        return torch.softmax(q, -1)"
+        )
+    )
+    hits = source.policy_hits(["scaled_dot_product_attention"])
+    assert any("changes the module torch" in h for h in hits), hits
 
 
 def test_statements_on_one_line_are_taken_apart():

@@ -7,6 +7,8 @@ from the source with ``ast``:
 - the top-level functions and classes a task grades (``Task.names``);
 - every top-level binding of a name they use, transitively: the notebook's helper
   functions and classes, its constants (``EPS = 1e-9``) and the imports that bind them;
+  a top-level block (``if``, ``for``, ``while``, ``with``, ``try``) that binds one of
+  those names is taken whole (``try: import einops`` / ``except ImportError: ...``);
 - nothing else: a top-level statement that binds none of those names (a cell that
   patches a module, registers an IPython hook, starts a thread) is not run there.
 
@@ -181,14 +183,43 @@ def _dotted(node) -> str | None:
     return None
 
 
+# top-level blocks whose bodies bind names of the notebook's (module) scope
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+_BLOCKS += (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+
+
+def _target_names(target) -> list[str]:
+    return [inner.id for inner in ast.walk(target) if isinstance(inner, ast.Name)]
+
+
 def _bound_names(node) -> list[str]:
-    """The top-level names a statement binds."""
+    """The top-level names a statement binds; a block (``if``, ``for``, ``while``,
+    ``with``, ``try``) binds what the statements of its bodies bind, its loop and
+    ``as`` targets and the names of its ``except ... as`` clauses (a function's or a
+    class's body is its own scope: only its name counts)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [node.name]
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return [
             a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"
         ]
+    if isinstance(node, _BLOCKS):
+        names = []
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            names += _target_names(node.target)
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if item.optional_vars is not None:
+                    names += _target_names(item.optional_vars)
+        bodies = [getattr(node, f, []) for f in ("body", "orelse", "finalbody")]
+        for handler in getattr(node, "handlers", []):
+            if handler.name:
+                names.append(handler.name)
+            bodies.append(handler.body)
+        for body in bodies:
+            for statement in body:
+                names += _bound_names(statement)
+        return names
     targets = []
     if isinstance(node, ast.Assign):
         targets = node.targets
@@ -196,9 +227,7 @@ def _bound_names(node) -> list[str]:
         targets = [node.target]
     names = []
     for target in targets:
-        for inner in ast.walk(target):
-            if isinstance(inner, ast.Name):
-                names.append(inner.id)
+        names += _target_names(target)
     return names
 
 
@@ -208,6 +237,25 @@ def _used_names(node) -> set[str]:
         for inner in ast.walk(node)
         if isinstance(inner, ast.Name) and not isinstance(inner.ctx, ast.Store)
     }
+
+
+def _narrowed(node, needed: set):
+    """An import statement reduced to the names of it that graded code needs
+    (``import time, torch`` -> ``import torch``), at the same place; the statement
+    itself when it needs all of them."""
+    kept = [
+        a
+        for a in node.names
+        if a.name != "*" and (a.asname or a.name.split(".")[0]) in needed
+    ]
+    if len(kept) == len(node.names):
+        return node
+    if isinstance(node, ast.Import):
+        narrowed = ast.Import(names=kept)
+    else:
+        narrowed = ast.ImportFrom(module=node.module, names=kept, level=node.level)
+    narrowed.narrowed = True
+    return ast.copy_location(narrowed, node)
 
 
 class Cell:
@@ -233,6 +281,8 @@ class Cell:
 
     def fragment(self, node) -> str:
         """The statement's own text (decorators included), at its own line numbers."""
+        if getattr(node, "narrowed", False):  # an import reduced to what is needed
+            return "\n" * (node.lineno - 1) + ast.unparse(node)
         start = min(
             [node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]
         )
@@ -301,6 +351,7 @@ class Source:
         """Every top-level binding of ``names`` and of the notebook's names they use
         (transitively), in the notebook's order."""
         todo, seen, chosen = list(names), set(), {}
+        imported: dict[int, set] = {}  # import statement -> the names of it needed
         for cell, node in self.bindings.get("*", []):
             chosen[id(node)] = (cell, node)
         while todo:
@@ -309,12 +360,18 @@ class Source:
                 continue
             seen.add(name)
             for cell, node in self.bindings.get(name, []):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    imported.setdefault(id(node), set()).add(name)
                 if id(node) in chosen:
                     continue
                 chosen[id(node)] = (cell, node)
                 if not isinstance(node, (ast.Import, ast.ImportFrom)):
                     todo.extend(_used_names(node) - seen)
-        return sorted(chosen.values(), key=lambda pair: self.order[id(pair[1])])
+        found = sorted(chosen.values(), key=lambda pair: self.order[id(pair[1])])
+        return [
+            (cell, _narrowed(node, imported[id(node)]) if id(node) in imported else node)
+            for cell, node in found
+        ]
 
     def definitions(self, names) -> list[dict]:
         """What the fresh interpreter runs: one ``{"file", "source"}`` per statement."""
