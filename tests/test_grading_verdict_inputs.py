@@ -95,6 +95,48 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), None
 """
 
+# New tricks of the same classes, tried against the fresh interpreter itself.
+# 1'. The dispatcher's block dropped and the profile hook cleared from graded code, with
+# sys reached as an attribute of a module that holds it (no import, no computed name).
+SYS_REACH = """
+import torch.nn.functional as F
+def scaled_dot_product_attention(q, k, v, mask=None):
+    s = F.torch.sys
+    s.modules["transformer_grader.runner.dispatch"]._LIBRARIES.clear()
+    s.setprofile(None)
+    keep = None if mask is None else ~mask
+    fused = getattr(F, "scaled_dot_product_attention")
+    return fused(q, k, v, attn_mask=keep), torch.softmax(q @ k.transpose(-2, -1), -1)
+"""
+
+# 2'. A frame of its own written on the runner's pipe (descriptor 300).
+FRAME_FORGER = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    with open(300, "wb", closefd=False) as pipe:
+        pipe.write(b"TTR1" + (0).to_bytes(8, "big"))
+    return q, q
+"""
+
+# 3'. The fused kernel behind a functools.partial made from a literal getattr: no
+# banned name in the source and no policy hit; the dispatcher is what holds it.
+PARTIAL = """
+import functools
+import torch.nn.functional as F
+_fused = functools.partial(getattr(F, "scaled_dot_product_attention"), dropout_p=0.0)
+def scaled_dot_product_attention(q, k, v, mask=None):
+    keep = None if mask is None else ~mask
+    return _fused(q, k, v, attn_mask=keep), torch.softmax(q @ k.transpose(-2, -1), -1)
+"""
+
+# 4'. The reference run from a string inside the graded function.
+EXEC_STRING = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    space = {"q": q, "k": k, "v": v}
+    exec("import torch.nn.functional as F\\n"
+         "out = F.scaled_dot_product_attention(q, k, v)", space)
+    return space["out"], torch.softmax(q @ k.transpose(-2, -1), -1)
+"""
+
 HUGE_CELL = "a = 1\nx = [" + "a, " * (4 * 2**20 // 3) + "]\n"
 
 
@@ -114,6 +156,10 @@ def graded(tmp_path_factory):
             "forged_replies.ipynb": student(FORGED_REPLIES),
             "captured.ipynb": student(CAPTURED),
             "huge.ipynb": student(HUGE_CELL, HONEST_ATTENTION),
+            "sys_reach.ipynb": student(SYS_REACH),
+            "frame_forger.ipynb": student(FRAME_FORGER),
+            "partial.ipynb": student(PARTIAL),
+            "exec_string.ipynb": student(EXEC_STRING),
         },
     )
     out = subs.parent / "grades.csv"
@@ -144,12 +190,25 @@ def test_honest_rows_are_unchanged_and_unflagged(graded):
         ("aten_math", "computed name"),
         ("forged_replies", ""),
         ("captured", "scaled_dot_product_attention"),
+        ("sys_reach", "(.sys)"),
+        ("frame_forger", "(open)"),
+        ("partial", "scaled_dot_product_attention"),
+        ("exec_string", "(exec)"),
     ],
 )
 def test_each_attacker_scores_what_its_code_earns(graded, name, reason):
     row = graded[name]
     assert row["attention"] == "0.000", row
     assert reason in row["flags"] + row["feedback"], row
+
+
+def test_the_dispatcher_holds_a_reference_the_source_does_not_name(graded):
+    """No banned name, no policy hit: the fused kernel was reached at run time and
+    blocked there."""
+    row = graded["partial"]
+    assert "computed name" not in row["flags"]
+    assert "attention: used " in row["flags"], row
+    assert "its graded code" not in row["flags"], row
 
 
 def test_no_cases_interpreter_is_left_running(graded):
@@ -281,6 +340,20 @@ def test_statements_on_one_line_are_taken_apart():
         ("return get_ipython()", "get_ipython"),
         ("import os\n    return os.getpid()", "imports os"),
         ("torch.nn.functional.softmax = None\n    return q", "changes the module"),
+        # new tricks of the same classes (modules reached as attributes, builtins
+        # reached through a builtin function, PyTorch reached again through F)
+        ("return torch.sys.modules['torch']", "(.sys)"),
+        ("import random\n    return random._os.getpid()", "(._os)"),
+        ("import dataclasses\n    return dataclasses.sys.setprofile(None)", "(.sys)"),
+        ("return print.__self__.exec('x = 1')", "__self__"),
+        ("import torch.nn.functional as F\n    return F.torch._C._nn.gelu(q)",
+         "torch._C"),
+        ("import torch.nn.functional as F\n    return F.torch.library.Library",
+         "torch.library"),
+        ("return torch.serialization.pickle.loads(b'')", "torch.serialization"),
+        ("return open(300, 'wb', closefd=False).write(b'TTR1')", "(open)"),
+        ("return q.__class__.__mro__[-1]", "__mro__"),
+        ("return torch.utils.cpp_extension.load_inline", "cpp_extension"),
     ],
 )
 def test_the_policy_hits_in_graded_code(body, hit):

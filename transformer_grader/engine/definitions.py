@@ -30,7 +30,17 @@ following is a *hit*, with its cell and line:
 - IPython's machinery: ``get_ipython``, its events, kernel and session;
 - changing a module: assigning to (or deleting) an attribute of an imported module;
 - an import outside ``ALLOWED_MODULES`` (``os``, ``sys``, ``ctypes``, ``gc``,
-  ``inspect``, ``threading``, ``importlib``, the grader's own packages, ...).
+  ``inspect``, ``threading``, ``importlib``, the grader's own packages, ...), and in
+  graded code a module reached as an attribute of another (``torch.sys``,
+  ``random._os``, ``F.torch._C``: ``_MODULE_ATTRIBUTES``, and every dotted name is also
+  checked from each ``torch`` in it), ``open`` (a descriptor of the runner's), and
+  the attributes that lead from an object to a module or a class's insides
+  (``print.__self__``, ``__mro__``, ``__reduce_ex__``, ...).
+
+This is a list, not a proof: Python offers many ways from an object to a module, and
+graded code runs in one process with the runner (``runner/serve.py``). What the list
+does not recognise can reach the runner's objects there; the list covers the routes
+known, so that what is left is rare and the row's source can still be read.
 
 In graded code a hit scores the task 0 with the reason; anywhere else in the notebook the
 same rules only flag the notebook for review. This module imports nothing but the
@@ -90,6 +100,10 @@ _DENIED_NAMES = {
     "torch.library": "changes PyTorch's operators (torch.library)",
     "torch.overrides": "changes how PyTorch functions dispatch (torch.overrides)",
     "torch.utils._python_dispatch": "uses a dispatch mode",
+    "torch.utils.cpp_extension": "compiles C++ code (torch.utils.cpp_extension)",
+    "torch.package": "imports code through torch.package",
+    "torch.hub": "loads code through torch.hub",
+    "torch.serialization": "reaches PyTorch's pickling (torch.serialization)",
     "sys.modules": "reaches modules by a computed name (sys.modules)",
     "sys.setprofile": "changes the interpreter's profile hook (sys.setprofile)",
     "sys.settrace": "changes the interpreter's trace hook (sys.settrace)",
@@ -109,10 +123,13 @@ _DENIED_NAMES = {
     "locals": "reaches names by a computed name (locals)",
     "breakpoint": "starts a debugger (breakpoint)",
     "get_ipython": "uses IPython's machinery (get_ipython)",
+    "open": "opens a file or a descriptor (open)",
     "__builtins__": "reaches the builtins directly (__builtins__)",
     "TorchDispatchMode": "uses a dispatch mode (TorchDispatchMode)",
     "TorchFunctionMode": "uses a dispatch mode (TorchFunctionMode)",
 }
+# names that are hits in graded code only (elsewhere in a notebook they are common)
+_GRADED_ONLY = ("open",)
 # attributes (on anything) that are hits
 _DENIED_ATTRIBUTES = {
     "__dict__": "reaches an object's attributes by a computed name (__dict__)",
@@ -134,8 +151,25 @@ _DENIED_ATTRIBUTES = {
     "tb_frame": "reads the interpreter's frames (tb_frame)",
     "gi_frame": "reads the interpreter's frames (gi_frame)",
     "events": "uses IPython's machinery (events)",
+    "__self__": "reaches the module of a builtin function (__self__)",
+    "__objclass__": "reaches a method's class (__objclass__)",
+    "__reduce__": "reaches pickling helpers (__reduce__)",
+    "__reduce_ex__": "reaches pickling helpers (__reduce_ex__)",
+    "__mro__": "searches the class hierarchy (__mro__)",
+    "__bases__": "searches the class hierarchy (__bases__)",
+    "__base__": "searches the class hierarchy (__base__)",
+    "f_code": "reads the interpreter's frames (f_code)",
+    "cr_frame": "reads the interpreter's frames (cr_frame)",
+    "ag_frame": "reads the interpreter's frames (ag_frame)",
     "input_transformers_cleanup": "rewrites the cells IPython runs",
     "input_transformers_post": "rewrites the cells IPython runs",
+}
+# attributes that are modules graded code may not reach, whatever they hang on
+# (``torch.sys``, ``random._os``, ``dataclasses.sys``, ``torch.serialization.pickle``)
+_MODULE_ATTRIBUTES = {
+    "sys", "_sys", "os", "_os", "builtins", "_builtins", "importlib", "ctypes", "gc",
+    "inspect", "pickle", "_pickle", "marshal", "subprocess", "threading", "_thread",
+    "shutil", "socket", "io", "_io", "posix", "nt", "runpy", "types", "weakref",
 }
 _NAME_FUNCTIONS = ("getattr", "setattr", "delattr", "hasattr")
 # imports flagged anywhere in the notebook (in graded code, every import outside
@@ -452,6 +486,8 @@ class Source:
             if isinstance(inner, ast.Attribute):
                 if inner.attr in _DENIED_ATTRIBUTES:
                     hit(inner, _DENIED_ATTRIBUTES[inner.attr])
+                if graded and inner.attr in _MODULE_ATTRIBUTES:
+                    hit(inner, f"reaches a module through an attribute (.{inner.attr})")
                 if isinstance(inner.ctx, (ast.Store, ast.Del)):
                     base = _dotted(inner.value)
                     if base is not None and base.split(".")[0] in self.aliases:
@@ -463,11 +499,20 @@ class Source:
                 if dotted is None:
                     continue
                 full = self.resolve(dotted)
-                for key, what in _DENIED_NAMES.items():
-                    if full == key or full.startswith(key + "."):
-                        hit(inner, what)
-                if full.startswith("torch._") and not full.startswith("torch._C"):
-                    hit(inner, f"uses PyTorch's internals ({full.split('.')[1]})")
+                # PyTorch reached again through a module that holds it
+                # (``F.torch._C``, ``np.torch``): each suffix from a ``torch`` is
+                # checked as if written so
+                parts = full.split(".")
+                for start in [0] + [i for i, p in enumerate(parts) if p == "torch"]:
+                    here = ".".join(parts[start:])
+                    for key, what in _DENIED_NAMES.items():
+                        if key in _GRADED_ONLY and not graded:
+                            continue
+                        if here == key or here.startswith(key + "."):
+                            hit(inner, what)
+                    if here.startswith("torch._") and not here.startswith("torch._C"):
+                        hit(inner, f"uses PyTorch's internals ({here.split('.')[1]})")
+
         return hits
 
     def policy_hits(self, names) -> list[str]:

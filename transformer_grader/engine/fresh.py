@@ -95,6 +95,8 @@ class _Frames:
                 raise ValueError("the results were too large to read")
             data = await stream.readexactly(size)
             self.add(torch.load(io.BytesIO(data), weights_only=True, map_location="cpu"))
+            if self.report["done"]:  # nothing after the end is read
+                return
 
 
 async def run(
