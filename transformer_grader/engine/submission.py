@@ -85,13 +85,16 @@ async def grade_notebook(
     seed: int | None = None,
     watched=(),
     judges=None,
+    alone: bool = False,
 ) -> dict:
     """Grade one notebook (its bytes) on ``tasks``; never raises, except when the batch
     is cancelled. ``sandbox``: the ``Sandbox`` kernels run in; ``editions``: makes the
     student edition for a list of bans (``editions(bans) -> folder``); ``slot``: the
     kernel slot (the sandbox's user); ``watched``: folders a kernel graded without a
     sandbox must not touch; ``judges``: the batch's ``judge.Judges`` (None: judge in
-    this process). Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
+    this process); ``alone``: the notebook is graded again with the machine to itself
+    (it timed out beside other kernels), so its cases run only after its cells, not
+    beside them. Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
     | "stopped: ..." | "malformed: ..." | "error while grading: ...", "tasks": {task:
     {"score", "passed", "total", "feedback", "flags"}}, "flags": [...]}."""
     # never 0: seed 0 is the notebook checks' fixed inputs
@@ -132,6 +135,7 @@ async def grade_notebook(
             watched=watched,
             seed=seed,
             judges=judges,
+            alone=alone,
         )
         statuses.append((group, status))
         verdicts.update(graded)
@@ -169,6 +173,7 @@ async def _grade_group(
     watched,
     seed,
     judges,
+    alone=False,
 ):
     """Run one kernel for the tasks of ``group`` and, beside it, the fresh interpreter
     that runs their cases: (status, {task: verdict}, flags)."""
@@ -180,28 +185,35 @@ async def _grade_group(
         os.chmod(notebook_copy, 0o644)
         if sandbox.as_root:
             os.chown(notebook_copy, sandbox.uid(slot), sandbox.uid(slot))
-        status, (report, problem) = await asyncio.gather(
-            kernel.run(
-                copy.deepcopy(nb),
-                private,
-                sandbox=sandbox,
-                edition=edition,
-                slot=slot,
-                timeout=timeout,
-                startup_timeout=startup_timeout,
-                channel=channel,
-            ),
-            _cases(
-                definitions,
-                [plan_item(TASKS[t], cases[t]) for t in group],
-                sandbox=sandbox,
-                edition=edition,
-                slot=slot,
-                name=f"{name}-cases",
-                timeout=timeout,
-                startup_timeout=startup_timeout,
-            ),
+        cells = kernel.run(
+            copy.deepcopy(nb),
+            private,
+            sandbox=sandbox,
+            edition=edition,
+            slot=slot,
+            timeout=timeout,
+            startup_timeout=startup_timeout,
+            channel=channel,
         )
+        checks = _cases(
+            definitions,
+            [plan_item(TASKS[t], cases[t]) for t in group],
+            sandbox=sandbox,
+            edition=edition,
+            slot=slot,
+            name=f"{name}-cases",
+            timeout=timeout,
+            startup_timeout=startup_timeout,
+        )
+        if alone:  # the timed cells get the machine to themselves
+            try:
+                status = await cells
+            except BaseException:
+                checks.close()  # never started
+                raise
+            report, problem = await checks
+        else:  # side by side: the cases' start-up overlaps the kernel's
+            status, (report, problem) = await asyncio.gather(cells, checks)
         found, touched, early = [], False, False
         if channel is not None:
             lines, early = await asyncio.to_thread(channel.finish)
