@@ -533,9 +533,10 @@ def test_switching_the_watch_off_does_not_reach_the_reference(attacked):
 
 
 def test_rewriting_the_graders_cell_forges_nothing(attacked):
+    """There is no grader's cell in the kernel any more (issue 27): the cases run in a
+    fresh interpreter; the transformer is flagged and the stub scores what it earns."""
     row = _row(attacked, "transformer")
     assert row["attention"] == "0.000"
-    assert "transformer_lib.attention.scaled_dot_product_attention" in row["flags"]
     assert "rewrites the cells IPython runs" in row["flags"]
 
 
@@ -544,7 +545,13 @@ def test_no_instructor_notebook_and_no_secret_comes_back(attacked):
     assert marker not in attacked["written"]
     assert "BEGIN SOLUTION" not in attacked["written"]
     assert SECRET not in attacked["written"] and TOKEN not in attacked["written"]
-    assert "nothing found" in _row(attacked, "instructor_reader")["feedback"]
+    # its graded code opens files: the source policy scores it 0 before it runs in the
+    # cases' interpreter (in its kernel it ran and found nothing to send back; what a
+    # sandbox sees is tested in test_grading_sandbox.py)
+    feedback = _row(attacked, "instructor_reader")["feedback"]
+    assert "opens a file or a descriptor (open)" in feedback or (
+        "nothing found" in feedback
+    ), feedback
     for name in ("instructor_reader", "env_reader"):
         assert _row(attacked, name)["attention"] == "0.000"
 

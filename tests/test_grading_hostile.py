@@ -47,8 +47,10 @@ for _ in range(40):
 
 # Attack 6 as the issue found it: the runner's writer patched so that the saved outputs
 # hold a 16384 x 16384 stride-0 tensor of the wrong shape (a file of a few kilobytes,
-# 1 to 2 GB once the judge computes on it). Where the runner no longer runs in the
-# student's kernel, the patch changes nothing and the returned (q, q) scores 0 anyway.
+# 1 to 2 GB once the judge computes on it). The runner no longer runs in the student's
+# kernel (the patch fails there: no _save), so the graded function itself returns the
+# stride-0 tensors: the cases' interpreter makes them real under the notebook's own
+# memory limit (or fails the case), and what comes back goes through the same bounds.
 FORGED = """
 import torch
 import transformer_grader.runner.plan as _plan
@@ -60,7 +62,8 @@ def _forged(report, path):
     _write(report, path)
 _plan._save = _forged
 def scaled_dot_product_attention(q, k, v, mask=None):
-    return q, q
+    huge = torch.zeros(1).expand(16384, 16384)
+    return huge, huge
 """
 
 LONG_ERROR = """

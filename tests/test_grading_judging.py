@@ -113,9 +113,12 @@ def test_judging_runs_in_a_worker_with_its_own_memory_limit():
 
 
 def test_a_worker_that_dies_costs_its_notebook_only():
-    """A worker that cannot even start (a limit too small for torch) is replaced once,
-    then the notebook's tasks score 0 with the reason; nothing is raised."""
+    """A worker whose limit is too small (64 MB: below what torch alone maps) is
+    replaced once, then the notebook's tasks score 0 with the reason; nothing is
+    raised. Each output is 16 MB (within the bounds): reading it needs memory the
+    worker cannot have, whatever the worker's heap happened to keep free."""
     task, cases, entry = _entry()
+    entry = _forged(entry, torch.zeros(2**21, dtype=torch.float64))
     judges = Judges(1, memory_mb=64)
     try:
         found = asyncio.run(

@@ -4,10 +4,14 @@
 - ``edition``: the student edition of the library (no reference of the graded task);
 - ``sandbox``: bubblewrap's command line and the limits of a kernel;
 - ``kernel``: one notebook's cells in its kernel, with the watches (``disk``,
-  ``memory``, the output cap) and the grader's first and last cells;
-- ``static``: a look at the notebook's source; ``audit`` and ``watch``: what the
+  ``memory``, ``cgroup``, the output cap), for the status and the student's feedback;
+- ``source_check`` and ``definitions``: the source read in a bounded subprocess: each
+  task's graded definitions and the source policy; ``static``: banned names in them;
+- ``fresh``: the cases run on the graded definitions in a fresh sandboxed interpreter
+  (``runner/serve.py``), beside the kernel; ``audit`` and ``watch``: what the
   unsandboxed mode can still report;
-- ``verdict``: the saved outputs judged against the references, outside the sandbox;
+- ``bounds``, ``judge`` and ``verdict``: the raw outputs bounded, then judged against the
+  references in a worker with its own memory limit, outside the sandbox;
 - ``submission``: one notebook from its bytes to its report; ``batch``: the class, its
-  rows and ``grades.csv``.
+  rows and ``grades.csv`` (``collect``, ``text``: who is who, and text shown safely).
 """

@@ -288,7 +288,7 @@ async def _grade_all(run: _Run, jobs: int):
         if not student.notebooks:
             student_done(student)
 
-    async def attempt(student, assignment, slot) -> dict:
+    async def attempt(student, assignment, slot, alone=False) -> dict:
         """Grade one notebook in kernel slot ``slot``; its outcome."""
         path, source = student.notebooks[assignment]
         key = (student.name, assignment)
@@ -306,6 +306,7 @@ async def _grade_all(run: _Run, jobs: int):
                 seed=run.seed,
                 watched=[run.folder],
                 judges=run.judges,
+                alone=alone,
             )
         except asyncio.CancelledError:
             raise
@@ -353,7 +354,7 @@ async def _grade_all(run: _Run, jobs: int):
                 " running; graded again alone"
             )
         begun = time.monotonic()
-        outcome = await attempt(student, assignment, 0)
+        outcome = await attempt(student, assignment, 0, alone=True)
         finished(student, assignment, outcome, seconds + time.monotonic() - begun)
 
     try:

@@ -1,5 +1,5 @@
-"""One graded kernel: started in its sandbox, fed the notebook's cells and the grader's,
-stopped, its outputs read back as data.
+"""One graded kernel: started in its sandbox, fed the notebook's cells, stopped; what it
+says becomes the notebook's status.
 
 The kernel is Jupyter's own Python kernel (ipykernel) from the grader's virtualenv,
 started through ``Sandbox.command`` and reached over Jupyter's ``ipc`` transport (Unix
@@ -16,9 +16,11 @@ as in nbgrader; two things are added for a kernel that may be hostile:
   than ``Limits.total_memory_mb``;
 - **no path of the kernel's followed**: the private folder is the kernel's to change, so
   the grader connects to the kernel's sockets only once they exist as sockets (before
-  any of the notebook's code has run) and never reconnects, starts no heartbeat, writes
-  its plan under a fresh random name (``O_EXCL | O_NOFOLLOW``) and reads the outputs
-  through ``O_NOFOLLOW`` from a regular file of bounded size;
+  any of the notebook's code has run) and never reconnects, and starts no heartbeat;
+- **nothing of the verdict**: the kernel runs the notebook's cells for the student's
+  feedback (errors, the status) and nothing else; the test cases run in a fresh
+  interpreter of their own (``fresh``), and nothing the kernel sends or writes is read
+  as a result;
 - **no signal handlers of nbclient's**: the batch handles Ctrl-C and SIGTERM itself
   (``batch``), and every kernel is killed when its notebook is done, however it ends.
 """
@@ -26,17 +28,14 @@ as in nbgrader; two things are added for a kernel that may be hostile:
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import math
 import os
-import secrets
 import socket
 import stat
 import time
 from pathlib import Path
 
-import torch
 import zmq
 import zmq.asyncio
 from jupyter_client.kernelspec import KernelSpec
@@ -48,7 +47,6 @@ from nbclient.util import ensure_async
 from . import disk, memory
 
 MAX_MESSAGE_BYTES = 16 * 2**20
-MAX_RESULTS_BYTES = 256 * 2**20
 WATCH_PERIOD = 0.25  # seconds between two looks at a kernel's disk and memory
 _KEPT_ERROR_CHARS = 4000
 
@@ -57,10 +55,6 @@ _BOOTSTRAP = (
     "from transformer_grader.runner.plan import bootstrap as _tl_bootstrap\n"
     "_tl_bootstrap({fd})\n"
     "del _tl_bootstrap"
-)
-_RUNNER = (
-    "from transformer_grader.runner.plan import run_plan as _tl_run_plan\n"
-    "_tl_run_plan(globals(), {plan!r}, {out!r}, {nonce!r})"
 )
 
 
@@ -203,20 +197,9 @@ async def _sockets_ready(km, timeout: float) -> None:
         await asyncio.sleep(0.02)
 
 
-def _write_new(path: Path, data: object, hand_over) -> None:
-    """``torch.save(data)`` into a file that did not exist (never through a link), then
-    ``hand_over(fd)`` to the kernel's user."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        torch.save(data, handle)
-        handle.flush()
-        hand_over(handle.fileno())
-
-
 async def run(
     nb,
     private: Path,
-    plan: dict,
     *,
     sandbox,
     edition: Path,
@@ -224,22 +207,16 @@ async def run(
     timeout: float,
     startup_timeout: float,
     channel=None,
-) -> tuple[str, dict | None, str]:
+) -> str:
     """Run the notebook ``nb`` (its cells are replaced in place) in a kernel in
-    ``private``; ``plan`` (the tasks and cases, written only after the notebook's cells)
-    is run last. Returns (status, outputs report or None, why the report is missing)."""
+    ``private``. Returns its status: "ok", "crashed: ...", "timed out: ...",
+    "stopped: ..." or "error while grading: ..."."""
     import nbformat
 
-    nonce = secrets.token_hex(16)
-    plan_path = private / f"plan-{secrets.token_hex(8)}.pt"  # a name no one knows yet
-    out_path = private / "outputs.pt"
     fd = None if channel is None else channel.fd
     boot = nbformat.v4.new_code_cell(_BOOTSTRAP.format(fd=fd))
-    runner = nbformat.v4.new_code_cell(
-        _RUNNER.format(plan=str(plan_path), out=str(out_path), nonce=nonce)
-    )
     code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    nb.cells = [boot, *nb.cells, runner]
+    nb.cells = [boot, *nb.cells]
     argv = sandbox.command(
         private,
         edition,
@@ -265,10 +242,6 @@ async def run(
         record_timing=False,
     )
 
-    def write_plan():
-        # The inputs exist only from now on: the notebook's cells never saw them.
-        _write_new(plan_path, plan, lambda fd: sandbox.hand_over(fd, slot))
-
     limits, watchers = sandbox.limits, []
     with open(private / "kernel.log", "wb") as log:
         try:
@@ -291,13 +264,7 @@ async def run(
             try:
                 await client.async_start_new_kernel_client()
                 status = await _cells(
-                    client,
-                    boot,
-                    runner,
-                    code_cells,
-                    write_plan,
-                    timeout,
-                    startup_timeout,
+                    client, boot, code_cells, timeout, startup_timeout
                 )
             finally:
                 if channel is not None:
@@ -319,10 +286,7 @@ async def run(
         )
     if overused is not None:
         status = f"stopped: {overused} (the limit of one notebook)"
-    if status.startswith(("timed out: still", "error while grading", "stopped")):
-        return status, None, ""
-    report, problem = _load_outputs(out_path, nonce)
-    return status, report, problem
+    return status
 
 
 async def watch(look, stop, period: float = WATCH_PERIOD) -> str:
@@ -366,11 +330,9 @@ async def _stop(client, km) -> None:
         pass
 
 
-async def _cells(
-    client, boot, runner, code_cells, write_plan, timeout, startup_timeout
-) -> str:
-    """The grader's bootstrap, the notebook's code cells under one deadline, the
-    grader's runner. Cell numbers in messages are the notebook's own (0-based)."""
+async def _cells(client, boot, code_cells, timeout, startup_timeout) -> str:
+    """The grader's bootstrap, then the notebook's code cells under one deadline. Cell
+    numbers in messages are the notebook's own (0-based)."""
     # Kernel start and the imports depend on the machine's load, not on the student's
     # code: they come first and do not count against the timeout.
     client.timeout = _seconds(max(startup_timeout, 60.0))
@@ -398,61 +360,4 @@ async def _cells(
                 f"crashed: {err.get('ename')}: {str(err.get('evalue'))[:150]} in cell "
                 f"{index} ({_first_line(cell.source)})"
             )
-    write_plan()
-    limit = max(timeout, 30.0)
-    client.timeout = _seconds(limit)
-    try:
-        await client.async_execute_cell(runner, len(client.nb.cells) - 1)
-    except CellTimeoutError:
-        return (
-            f"timed out: the checks of your functions did not finish in {limit:g} s "
-            "(an endless loop?)"
-        )
-    error = next(
-        (o for o in runner.get("outputs", []) if o.get("output_type") == "error"), None
-    )
-    if error is not None:
-        return (
-            f"crashed: grading failed ({error.get('ename')}:"
-            f" {str(error.get('evalue'))[:150]})"
-        )
     return status
-
-
-def _read_regular(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` if it is a regular file (not a link, a FIFO or a device)
-    of at most ``limit`` bytes; None if there is no such file; ValueError if larger."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if info.st_size > limit:
-            raise ValueError("too large")
-        return handle.read(limit + 1)[:limit]
-
-
-def _load_outputs(path: Path, nonce: str):
-    """(report, problem): the kernel's outputs, read as data only, or why they cannot be
-    used."""
-    try:
-        data = _read_regular(path, MAX_RESULTS_BYTES)
-    except ValueError:
-        return None, "the results were too large to read"
-    if data is None:
-        return None, "no result came back from the kernel"
-    try:
-        report = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as error:
-        return None, f"the results could not be read ({type(error).__name__})"
-    if not isinstance(report, dict) or report.get("nonce") != nonce:
-        return (
-            None,
-            "the results file was not written by the grader's cell (wrong nonce)",
-        )
-    if not isinstance(report.get("tasks"), dict):
-        return None, "the results file holds no tasks"
-    return report, ""

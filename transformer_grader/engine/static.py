@@ -190,6 +190,14 @@ def banned_references(nb, task) -> list[str]:
     return [f for f in found if not any(o.startswith(f + ".") for o in found)]
 
 
+def banned_among(names: list[str], task) -> list[str]:
+    """The PyTorch references of ``task.banned`` among ``names`` (the dotted names the
+    graded code reads, aliases resolved: ``definitions.Source.names_used``)."""
+    banned = [b for b in task.banned if not b.startswith("transformer_lib.")]
+    found = [n for n in names if banned and _banned_match(n, banned)]
+    return [f for f in found if not any(o.startswith(f + ".") for o in found)]
+
+
 def tricks(nb) -> list[str]:
     """What the notebook does that the instructor may want to look at (flags only)."""
     notebook, found = _Notebook(nb), []

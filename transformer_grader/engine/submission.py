@@ -1,21 +1,26 @@
-"""Grade one submitted notebook: run it in sandboxed kernels, then judge here.
+"""Grade one submitted notebook: run it in sandboxed kernels, run its graded
+definitions in fresh sandboxed interpreters, then judge here.
 
 1. The grader builds the cases of the notebook's tasks (the tasks come from the
    instructor's assignment list) with a seed drawn for this run, so the inputs cannot be
    known in advance.
-2. The tasks are split by what their references are: tasks that ban the same parts of
+2. The source is read in a bounded subprocess (``source_check``): the graded
+   definitions of each task (``definitions``), the references they name (``static``),
+   the source policy's hits (0 on the task) and what the rest of the notebook does that
+   deserves a look (flags). A notebook too large to read is not graded.
+3. The tasks are split by what their references are: tasks that ban the same parts of
    the library share a kernel (and a student edition, ``edition``); an assignment whose
    tasks ban different parts (``08_greedy_cache``: the cache may not use the library's
    attention, the decoder needs it) runs once per group.
-3. Each kernel gets a private folder (its working folder holds a copy of the notebook)
-   and runs in its sandbox (``sandbox``): the notebook's code cells under one deadline
-   (errors do not stop the run, as in nbgrader), then the grader's runner, which saves
-   the raw outputs of every case (``kernel``).
-4. Here, the outputs are read as data (``torch.load(weights_only=True)``), bounded
+4. For each group, at the same time and in the same sandbox view, each with a private
+   folder of its own: the notebook's kernel runs its code cells under one deadline
+   (errors do not stop the run, as in nbgrader), for the status and the student's
+   feedback (``kernel``); a fresh interpreter gets the graded definitions and the cases
+   over a pipe and sends the raw outputs back (``fresh``).
+5. Here, the outputs are read as data (``torch.load(weights_only=True)``), bounded
    (``bounds``) and judged against the references (``verdict.judge_task``), in a
-   judging process with its own memory limit when a batch gives one (``judge``); the
-   source is read for PyTorch
-   references the task bans (``static``). The private folders are deleted.
+   judging process with its own memory limit when a batch gives one (``judge``). The
+   private folders are deleted.
 
 A notebook that is malformed, times out, floods its output or kills its kernel scores 0
 on each task that did not run (every case counted), with the reason in the feedback.
@@ -29,10 +34,10 @@ import os
 import secrets
 from pathlib import Path
 
-from . import audit, disk, kernel, static
+from . import audit, disk, fresh, kernel, source_check, static
 from .edition import library_bans
 from ..tasks import TASKS
-from .verdict import judge_source, judge_task, plan_item
+from .verdict import judge_policy, judge_source, judge_task, plan_item
 
 
 def kernel_groups(tasks) -> list[list[str]]:
@@ -80,24 +85,40 @@ async def grade_notebook(
     seed: int | None = None,
     watched=(),
     judges=None,
+    alone: bool = False,
 ) -> dict:
     """Grade one notebook (its bytes) on ``tasks``; never raises, except when the batch
     is cancelled. ``sandbox``: the ``Sandbox`` kernels run in; ``editions``: makes the
     student edition for a list of bans (``editions(bans) -> folder``); ``slot``: the
     kernel slot (the sandbox's user); ``watched``: folders a kernel graded without a
     sandbox must not touch; ``judges``: the batch's ``judge.Judges`` (None: judge in
-    this process). Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
+    this process); ``alone``: the notebook is graded again with the machine to itself
+    (it timed out beside other kernels), so its cases run only after its cells, not
+    beside them. Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
     | "stopped: ..." | "malformed: ..." | "error while grading: ...", "tasks": {task:
     {"score", "passed", "total", "feedback", "flags"}}, "flags": [...]}."""
-    seed = secrets.randbelow(2**31) if seed is None else seed
+    # never 0: seed 0 is the notebook checks' fixed inputs
+    seed = 1 + secrets.randbelow(2**31 - 1) if seed is None else seed
     cases = {t: TASKS[t].make_cases(TASKS[t].names, seed) for t in tasks}
     nb, status = _malformed(source)
     if nb is None:
         verdicts = {t: judge_task(TASKS[t], cases[t], None, status) for t in tasks}
         return {"status": status, "tasks": verdicts, "flags": []}
-    flags = [f"review: the notebook {what}" for what in static.tricks(nb)]
+    groups = kernel_groups(tasks)
+    try:
+        checked = await asyncio.to_thread(
+            source_check.check,
+            nb,
+            {t: list(TASKS[t].names) for t in tasks},
+            [[n for t in group for n in TASKS[t].names] for group in groups],
+        )
+    except source_check.TooLarge as error:
+        status = str(error)
+        verdicts = {t: judge_task(TASKS[t], cases[t], None, status) for t in tasks}
+        return {"status": status, "tasks": verdicts, "flags": []}
+    flags = [f"review: the notebook {what}" for what in checked["review"]]
     statuses, verdicts = [], {}
-    for index, group in enumerate(kernel_groups(tasks)):
+    for index, group in enumerate(groups):
         status, graded, found = await _grade_group(
             nb,
             source,
@@ -108,19 +129,28 @@ async def grade_notebook(
             edition=editions(library_bans(b for t in group for b in TASKS[t].banned)),
             slot=slot,
             name=f"k{slot}-{secrets.token_hex(4)}-{index}",
+            definitions=checked["groups"][index],
             timeout=timeout,
             startup_timeout=startup_timeout,
             watched=watched,
             seed=seed,
             judges=judges,
+            alone=alone,
         )
         statuses.append((group, status))
         verdicts.update(graded)
         flags += found
     for task in tasks:
-        used = static.banned_references(nb, TASKS[task])
+        used = static.banned_among(checked["tasks"][task]["names"], TASKS[task])
+        hits = checked["tasks"][task]["policy"]
         if used:
             verdicts[task] = judge_source(TASKS[task], cases[task], used)
+        elif hits and verdicts[task]["flags"]:  # already 0: a reference it reached
+            verdicts[task]["flags"] += judge_policy(TASKS[task], cases[task], hits)[
+                "flags"
+            ]
+        elif hits:
+            verdicts[task] = judge_policy(TASKS[task], cases[task], hits)
     for verdict in verdicts.values():
         flags += verdict["flags"]
     return {"status": _combine(statuses), "tasks": verdicts, "flags": flags}
@@ -137,13 +167,16 @@ async def _grade_group(
     edition,
     slot,
     name,
+    definitions,
     timeout,
     startup_timeout,
     watched,
     seed,
     judges,
+    alone=False,
 ):
-    """Run one kernel for the tasks of ``group``: (status, {task: verdict}, flags)."""
+    """Run one kernel for the tasks of ``group`` and, beside it, the fresh interpreter
+    that runs their cases: (status, {task: verdict}, flags)."""
     private = sandbox.private_folder(name, slot)
     channel = None if sandbox.confined else audit.Channel()
     try:
@@ -152,11 +185,9 @@ async def _grade_group(
         os.chmod(notebook_copy, 0o644)
         if sandbox.as_root:
             os.chown(notebook_copy, sandbox.uid(slot), sandbox.uid(slot))
-        plan = {"tasks": [plan_item(TASKS[t], cases[t]) for t in group]}
-        status, report, problem = await kernel.run(
+        cells = kernel.run(
             copy.deepcopy(nb),
             private,
-            plan,
             sandbox=sandbox,
             edition=edition,
             slot=slot,
@@ -164,24 +195,47 @@ async def _grade_group(
             startup_timeout=startup_timeout,
             channel=channel,
         )
+        checks = _cases(
+            definitions,
+            [plan_item(TASKS[t], cases[t]) for t in group],
+            sandbox=sandbox,
+            edition=edition,
+            slot=slot,
+            name=f"{name}-cases",
+            timeout=timeout,
+            startup_timeout=startup_timeout,
+        )
+        if alone:  # the timed cells get the machine to themselves
+            try:
+                status = await cells
+            except BaseException:
+                checks.close()  # never started
+                raise
+            report, problem = await checks
+        else:  # side by side: the cases' start-up overlaps the kernel's
+            status, (report, problem) = await asyncio.gather(cells, checks)
         found, touched, early = [], False, False
         if channel is not None:
             lines, early = await asyncio.to_thread(channel.finish)
             found, touched = audit.findings(lines, watched, str(private))
     finally:
         disk.remove(private)
-    flags = [f"results: {problem}"] if "nonce" in problem else []
-    flags += [f"while it ran, the notebook {f}" for f in found]
+    flags = [f"while it ran, the notebook {f}" for f in found]
     if early:
         flags.append("the notebook closed the grader's audit channel")
     ran_to_the_end = (
         status == "ok" or status.startswith("crashed:") and " in cell " in status
     )
-    if report is None and ran_to_the_end:  # the runner ran, yet nothing usable came
+    if not ran_to_the_end:  # the notebook itself did not run: its cases do not count
+        report, reason = None, status
+    elif problem.startswith(("timed out", "stopped")):
+        reason = problem
+        status = problem if status == "ok" else f"{status}; {problem}"
+    elif problem:  # the cases' interpreter ran, yet not all of it came back
         reason = f"grading failed: {problem}"
         status = reason if status == "ok" else f"{status}; {reason}"
-    else:  # why the cases that did not run did not run
-        reason = "" if ran_to_the_end else status
+    else:
+        reason = ""
     found_tasks = report["tasks"] if report else {}
     if judges is None:
         graded = {
@@ -195,6 +249,10 @@ async def _grade_group(
             [(t, found_tasks.get(t), reason) for t in group],
             {t: len(cases[t]) for t in group},
         )
+    defined = (report or {}).get("defined") or []
+    if defined:  # a definition (a helper, a constant) raised: say so with the cases
+        for verdict in graded.values():
+            verdict["feedback"] += "\n(while defining: " + "; ".join(defined[:3]) + ")"
     if touched or early:  # its outputs cannot be trusted to be its own work
         why = (
             "it touched files of other submissions"
@@ -206,3 +264,13 @@ async def _grade_group(
             for t in group
         }
     return status, graded, flags
+
+
+async def _cases(definitions, items, **kwargs) -> tuple[dict | None, str]:
+    """``fresh.run``, whose own failure costs this notebook only."""
+    try:
+        return await fresh.run(definitions, items, **kwargs)
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        return None, f"error while grading: {type(error).__name__}: {str(error)[:150]}"

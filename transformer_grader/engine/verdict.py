@@ -26,6 +26,7 @@ def plan_item(task: Task, cases: list[Case]) -> dict:
         "task": task.name,
         "names": list(task.names),
         "banned": list(task.banned),
+        "ops": list(task.ops),
         "cases": [
             {
                 "call": c.call,
@@ -135,6 +136,21 @@ def judge_source(task: Task, cases: list[Case], used: list[str]) -> dict:
         "feedback": (
             f"{task.title}: 0/{total}: your code uses {_short(used)}. This task asks"
             f" for your own implementation: do not call {task.rules}."
+        ),
+    }
+
+
+def judge_policy(task: Task, cases: list[Case], hits: list[str]) -> dict:
+    """Score 0: the graded code breaks the source policy (``definitions``)."""
+    total = len(cases)
+    return {
+        "score": 0.0,
+        "passed": 0,
+        "total": total,
+        "flags": [f"{task.name}: its graded code {h}" for h in hits[:5]],
+        "feedback": (
+            f"{task.title}: 0/{total}: your graded code {_short(hits)}, which graded"
+            " code may not do (write it with plain PyTorch: tensors, torch.nn, math)."
         ),
     }
 

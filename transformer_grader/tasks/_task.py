@@ -50,7 +50,9 @@ class Task:
     ``seed`` 0 gives the fixed inputs of the notebook checks, batch grading draws a
     fresh one per run. ``banned``: dotted names of the reference implementations that
     graded code must not reach (see ``guard``). ``rules``: the same in words, for the
-    student.
+    student. ``ops``: the ATen operators those references end in, blocked in the
+    dispatcher while the cases run in batch grading (``runner/dispatch.py``), whatever
+    route the code takes to them.
     """
 
     name: str
@@ -60,6 +62,7 @@ class Task:
     make_cases: Callable[[tuple[str, ...], int], list[Case]]
     banned: tuple[str, ...] = ()
     rules: str = ""
+    ops: tuple[str, ...] = ()
     notes: dict = field(default_factory=dict)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from transformer_lib import masks as _masks
 from transformer_lib.attention import scaled_dot_product_attention as _ref_attention
+from ._ops import SDPA_OPS
 from ._helpers import compare, first_match, randn
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
@@ -318,6 +319,7 @@ TASK = Task(
     names=(NAME,),
     callers=CALLERS["attention"],
     make_cases=make_cases,
+    ops=SDPA_OPS,
     banned=(
         "transformer_lib.attention",
         "torch.nn.functional.scaled_dot_product_attention",

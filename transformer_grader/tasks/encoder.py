@@ -17,6 +17,7 @@ from torch import nn
 
 from transformer_lib.encoder import EncoderLayer as _RefLayer
 from transformer_lib.interop import copy_to_torch
+from ._ops import ENCODER_OPS
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
@@ -262,6 +263,7 @@ TASK = Task(
     names=(NAME,),
     callers=CALLERS["encoder"],
     make_cases=make_cases,
+    ops=ENCODER_OPS,
     banned=(
         "transformer_lib.encoder",
         "transformer_lib.decoder",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from transformer_lib.multihead import MultiHeadAttention as _RefMHA
+from ._ops import MHA_OPS
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
@@ -181,6 +182,7 @@ TASK = Task(
     callers=CALLERS["kv_cache"],
     make_cases=make_cases,
     # Every cached attention of the library (its decoder, its model) runs multihead.py.
+    ops=MHA_OPS,
     banned=(
         "transformer_lib.multihead",
         "transformer_lib.masks",

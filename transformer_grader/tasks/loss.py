@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from transformer_lib import loss as _loss
+from ._ops import CROSS_ENTROPY_OPS
 from ._helpers import as_tensor, compare, first_match, randn
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
@@ -197,6 +198,7 @@ TASK = Task(
     names=(NAME,),
     callers=CALLERS["loss"],
     make_cases=make_cases,
+    ops=CROSS_ENTROPY_OPS,
     banned=(
         "transformer_lib.loss",
         "torch.nn.functional.cross_entropy",

@@ -5,6 +5,8 @@ tgt_len, Ls)``. All bool with True = blocked.
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from transformer_lib import masks as _masks
@@ -193,35 +195,84 @@ def _cross(name, src, tgt_len, pad_id) -> Case:
     )
 
 
-def make_cases(present, seed: int = 0) -> list[Case]:
-    """The token patterns are the point of these cases, so ``seed`` changes nothing
-    here."""
+def _batch(rng, rows: int, length: int, pad_id: int, lengths=None) -> torch.Tensor:
+    """Tokens (rows, length): row i holds ``lengths[i]`` tokens (not ``pad_id``), then
+    padding."""
+    lengths = lengths or [rng.randint(1, length) for _ in range(rows)]
+    tokens = []
+    for n in lengths:
+        row = [rng.choice([t for t in range(1, 30) if t != pad_id]) for _ in range(n)]
+        tokens.append(row + [pad_id] * (length - n))
+    return torch.tensor(tokens)
+
+
+def _fixed_tokens():
     tokens = torch.tensor([[5, 7, 2, 9, 4], [3, 8, 0, 0, 0], [6, 0, 0, 0, 0]])
+    return {
+        "tokens": tokens,
+        "pad3": torch.tensor([[1, 4, 3, 3], [3, 3, 3, 3]]),
+        "one": torch.tensor([[4]]),
+        "padded_row": torch.tensor([[0, 0, 0], [2, 5, 0]]),
+        "padded3": torch.tensor([[3, 3, 3], [1, 2, 3]]),
+        "lengths": (4, 7, 1),
+        "tgt": (3, 7, 1, 2),
+        "pad": (0, 3),
+    }
+
+
+def _drawn_tokens(seed: int):
+    """The same kinds of batches as ``_fixed_tokens``, with sizes, lengths, tokens and
+    padding ids drawn from ``seed``."""
+    rng = random.Random(seed)
+    length = rng.randint(4, 9)
+    rows = rng.randint(2, 4)
+    lengths = [length, rng.randint(1, length - 1)] + [
+        rng.randint(1, length) for _ in range(rows - 2)
+    ]
+    rng.shuffle(lengths)
+    pad = rng.randint(1, 9)
+    other = rng.randint(3, 7)
+    return {
+        "tokens": _batch(rng, rows, length, 0, lengths),
+        "pad3": _batch(rng, 2, other, pad, [rng.randint(1, other - 1), 0]),
+        "one": torch.tensor([[rng.randint(1, 10_000)]]),
+        "padded_row": _batch(rng, 2, other, 0, [0, rng.randint(1, other)]),
+        "padded3": _batch(rng, 2, other, pad, [0, rng.randint(1, other)]),
+        "lengths": (rng.randint(2, 64), rng.randint(65, 160), rng.randint(161, 300)),
+        "tgt": (rng.randint(2, length - 1), length + rng.randint(1, 4), 1, rng.randint(1, 5)),
+        "pad": (0, pad),
+    }
+
+
+def make_cases(present, seed: int = 0) -> list[Case]:
+    """``seed`` 0: the notebook checks' fixed batches; any other seed draws the same
+    kinds of batches (a padded batch, another padding id, a batch of 1, a fully padded
+    row, non-contiguous tokens) with fresh sizes, lengths, tokens and padding ids."""
+    t = _fixed_tokens() if seed == 0 else _drawn_tokens(seed)
+    tokens, pad = t["tokens"], t["pad"][1]
+    shown = ", ".join(str(int((row != 0).sum())) for row in tokens)
     cases = []
     if "padding_mask" in present:
         cases += [
-            _padding("batch with lengths 5, 2, 1 (pad_id=0)", tokens, 0),
-            _padding("pad_id=3", torch.tensor([[1, 4, 3, 3], [3, 3, 3, 3]]), 3),
-            _padding("batch of 1, length 1", torch.tensor([[4]]), 0),
-            _padding("a fully padded row", torch.tensor([[0, 0, 0], [2, 5, 0]]), 0),
+            _padding(f"batch with lengths {shown} (pad_id=0)", tokens, 0),
+            _padding(f"pad_id={pad}", t["pad3"], pad),
+            _padding("batch of 1, length 1", t["one"], 0),
+            _padding("a fully padded row", t["padded_row"], 0),
             _padding("non-contiguous tokens", tokens.t().contiguous().t(), 0),
         ]
     if "causal_mask" in present:
-        cases += [_causal(length) for length in (4, 7, 1)]
+        cases += [_causal(length) for length in t["lengths"]]
     if "cross_mask" in present:
+        short, long, one, last = t["tgt"]
         cases += [
-            _cross("source lengths 5, 2, 1; tgt_len=3", tokens, 3, 0),
-            _cross("tgt_len longer than the source (tgt_len=7)", tokens, 7, 0),
-            _cross("batch of 1, lengths 1", torch.tensor([[4]]), 1, 0),
+            _cross(f"source lengths {shown}; tgt_len={short}", tokens, short, 0),
             _cross(
-                "fully padded source with pad_id=3",
-                torch.tensor([[3, 3, 3], [1, 2, 3]]),
-                2,
-                3,
+                f"tgt_len longer than the source (tgt_len={long})", tokens, long, 0
             ),
+            _cross("batch of 1, lengths 1", t["one"], one, 0),
+            _cross(f"fully padded source with pad_id={pad}", t["padded3"], last, pad),
         ]
     return cases
-
 
 TASK = Task(
     name="masks",

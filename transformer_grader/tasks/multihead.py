@@ -16,6 +16,7 @@ import torch
 
 from transformer_lib import masks as _masks
 from transformer_lib.multihead import MultiHeadAttention as _RefMHA
+from ._ops import SDPA_OPS
 from ._helpers import as_tensor, compare, first_match, randn, seeded_module
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
@@ -340,6 +341,7 @@ TASK = Task(
     names=(NAME,),
     callers=CALLERS["multihead"],
     make_cases=make_cases,
+    ops=SDPA_OPS,
     banned=(
         "transformer_lib.multihead",
         "transformer_lib.attention",

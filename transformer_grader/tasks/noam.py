@@ -6,6 +6,7 @@ as step 1.
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
@@ -106,17 +107,37 @@ def _values(name, steps, d_model=512, warmup=4000) -> Case:
 
 
 def make_cases(present, seed: int = 0) -> list[Case]:
-    """The schedule has no random input; ``seed`` picks one of the 'other sizes'
-    only."""
-    d_model, warmup = (64, 10) if seed == 0 else (32 * (1 + seed % 8), 5 + seed % 20)
+    """The schedule has no random input: ``seed`` 0 gives the notebook checks' sizes and
+    steps; any other seed draws them (the same kinds of cases: warm-up, the peak, the
+    decay, step 0, another size, inside ``LambdaLR``)."""
+    if seed == 0:
+        d, warm = 512, 4000
+        early, late = (1, 2, 10, 100, 1000), (8000, 10**5, 10**6)
+        d_model, warmup = 64, 10
+        lam_d, lam_w, updates = 16, 5, 12
+    else:
+        rng = random.Random(seed)
+        d, warm = 64 * rng.randint(2, 16), 100 * rng.randint(10, 80)
+        early = tuple(sorted(rng.sample(range(1, warm), 5)))
+        late = tuple(sorted(rng.sample(range(2 * warm, 300 * warm), 3)))
+        d_model, warmup = 32 * rng.randint(1, 8), rng.randint(5, 25)
+        lam_d, lam_w, updates = 8 * rng.randint(1, 8), rng.randint(3, 8), rng.randint(10, 16)
+    shown = ", ".join(str(s) for s in early)
     return [
         _values(
-            "warm-up: steps 1, 2, 10, 100, 1000 (d_model=512, warmup=4000)",
-            (1, 2, 10, 100, 1000),
+            f"warm-up: steps {shown} (d_model={d}, warmup={warm})", early, d, warm
         ),
-        _values("the peak: step = warmup = 4000", (3999, 4000, 4001)),
-        _values("decay after warm-up: steps 8000, 10^5, 10^6", (8000, 10**5, 10**6)),
-        _values("step 0 is treated as step 1 (no division by zero)", (0, 1)),
+        _values(
+            f"the peak: step = warmup = {warm}", (warm - 1, warm, warm + 1), d, warm
+        ),
+        _values(
+            "decay after warm-up: steps "
+            + ("8000, 10^5, 10^6" if seed == 0 else ", ".join(str(s) for s in late)),
+            late,
+            d,
+            warm,
+        ),
+        _values("step 0 is treated as step 1 (no division by zero)", (0, 1), d, warm),
         _values(
             f"other sizes: d_model={d_model}, warmup={warmup}, steps 1 to 30",
             range(1, 31),
@@ -125,14 +146,14 @@ def make_cases(present, seed: int = 0) -> list[Case]:
         ),
         Case(
             "in LambdaLR(optimizer, lambda s: noam_lr(s + 1, d_model, warmup)) with"
-            " lr=1.0: the rates of the first 12 updates (d_model=16, warmup=5)",
+            f" lr=1.0: the rates of the first {updates} updates (d_model={lam_d},"
+            f" warmup={lam_w})",
             "lambda_lr",
-            dict(d_model=16, warmup=5, updates=12),
+            dict(d_model=lam_d, warmup=lam_w, updates=updates),
             _judge,
             uses=(NAME,),
         ),
     ]
-
 
 TASK = Task(
     name="noam",

@@ -5,6 +5,8 @@ angle).
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from transformer_lib.positional import sinusoidal_table as _ref_table
@@ -92,14 +94,26 @@ def _judge(inputs, outputs):
 
 def make_cases(present, seed: int = 0) -> list[Case]:
     """The sizes are the point of these cases (the table has no random input): ``seed``
-    is unused."""
-    sizes = (
-        (50, 16, ""),
-        (100, 64, ""),
-        (1, 4, " (a single position)"),
-        (10, 2, " (one sin/cos pair)"),
-        (12, 7, " (odd d_model: the last column is a sine)"),
-    )
+    0 gives the notebook checks' sizes, any other seed draws them (the same kinds: two
+    tables, a single position, one sin/cos pair, an odd ``d_model``)."""
+    if seed == 0:
+        sizes = (
+            (50, 16, ""),
+            (100, 64, ""),
+            (1, 4, " (a single position)"),
+            (10, 2, " (one sin/cos pair)"),
+            (12, 7, " (odd d_model: the last column is a sine)"),
+        )
+    else:
+        rng = random.Random(seed)
+        sizes = (
+            (rng.randint(20, 80), 2 * rng.randint(4, 16), ""),
+            (rng.randint(81, 160), 2 * rng.randint(17, 48), ""),
+            (1, 2 * rng.randint(2, 8), " (a single position)"),
+            (rng.randint(5, 30), 2, " (one sin/cos pair)"),
+            (rng.randint(5, 30), 2 * rng.randint(2, 8) + 1, " (odd d_model: the last"
+             " column is a sine)"),
+        )
     return [
         Case(
             f"max_len={max_len}, d_model={d_model}{label}",
