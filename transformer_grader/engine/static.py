@@ -28,6 +28,8 @@ from __future__ import annotations
 import ast
 import sys
 
+from .definitions import _dotted  # a.b.c of an attribute chain (stdlib only)
+
 _TRICKS = {
     "exec": "runs code from a string (exec)",
     "eval": "evaluates code from a string (eval)",
@@ -59,18 +61,6 @@ def _python(source: str) -> ast.Module | None:
         return ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-
-
-def _dotted(node) -> str | None:
-    """``a.b.c`` for an attribute chain on a name, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 class _Notebook:
