@@ -205,6 +205,16 @@ def _transform(source: str) -> str:
         return source
 
 
+def resolve_alias(aliases: dict, dotted: str) -> str:
+    """``F.softmax`` -> ``torch.nn.functional.softmax`` through the notebook's import
+    aliases (alias -> dotted module name); a name with no alias is returned as it is."""
+    head, _, rest = dotted.partition(".")
+    full = aliases.get(head)
+    if full is None:
+        return dotted
+    return f"{full}.{rest}" if rest else full
+
+
 def _dotted(node) -> str | None:
     """``a.b.c`` for an attribute chain on a name, else None."""
     parts = []
@@ -374,11 +384,7 @@ class Source:
                     self.bindings.setdefault("*", []).append((cell, node))
 
     def resolve(self, dotted: str) -> str:
-        head, _, rest = dotted.partition(".")
-        full = self.aliases.get(head)
-        if full is None:
-            return dotted
-        return f"{full}.{rest}" if rest else full
+        return resolve_alias(self.aliases, dotted)
 
     # -- the graded definitions ----------------------------------------------------
     def graded(self, names) -> list[tuple[Cell, ast.stmt]]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import sys
 
-from .definitions import _dotted  # a.b.c of an attribute chain (stdlib only)
+from .definitions import _dotted, resolve_alias  # both stdlib only
 
 _TRICKS = {
     "exec": "runs code from a string (exec)",
@@ -105,11 +105,7 @@ class _Notebook:
                             self.defined.setdefault(target.id, []).append(node)
 
     def resolve(self, dotted: str) -> str:
-        head, _, rest = dotted.partition(".")
-        full = self.aliases.get(head)
-        if full is None:
-            return dotted
-        return f"{full}.{rest}" if rest else full
+        return resolve_alias(self.aliases, dotted)
 
     def graded(self, names) -> list[ast.AST]:
         """The definitions of ``names`` and of the notebook's names they use."""
