@@ -8,8 +8,9 @@
 - ``source_check`` and ``definitions``: the source read in a bounded subprocess: each
   task's graded definitions and the source policy; ``static``: banned names in them;
 - ``fresh``: the cases run on the graded definitions in a fresh sandboxed interpreter
-  (``runner/serve.py``), beside the kernel; ``audit`` and ``watch``: what the
-  unsandboxed mode can still report;
+  (``runner/serve.py``), beside the kernel; ``fork_servers``: in a batch, that
+  interpreter forked from a warm parent per kernel slot (``runner/fork_server.py``);
+  ``audit`` and ``watch``: what the unsandboxed mode can still report;
 - ``bounds``, ``judge`` and ``verdict``: the raw outputs bounded, then judged against the
   references in a worker with its own memory limit, outside the sandbox;
 - ``submission``: one notebook from its bytes to its report; ``batch``: the class, its

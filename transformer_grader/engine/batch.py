@@ -28,6 +28,7 @@ import csv
 import math
 import os
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from . import disk as _disk
 from . import edition as _edition
 from . import watch
 from .collect import collect
+from .fork_servers import ForkServers
 from .judge import Judges
 from .sandbox import MIN_KERNEL_MEMORY_MB, Limits, Sandbox, SandboxUnavailable
 from .submission import grade_notebook
@@ -182,6 +184,9 @@ def grade_folder(
         run = _Run(
             students, expected, folder, box, editions, timeout, seed, log, table, judges
         )
+        if box.confined and sys.platform.startswith("linux"):
+            # one warm parent per slot forks each notebook's cases interpreter
+            run.servers = ForkServers(box)
         started = time.monotonic()
         interrupted = False
         try:
@@ -249,6 +254,7 @@ class _Run:
     log: object
     table: _Table | None
     judges: Judges
+    servers: ForkServers | None = None  # None: a new interpreter per notebook's cases
     outcomes: dict = field(default_factory=dict)  # (student, assignment) -> outcome
     rows: dict = field(default_factory=dict)  # student -> row
 
@@ -307,6 +313,7 @@ async def _grade_all(run: _Run, jobs: int):
                 watched=[run.folder],
                 judges=run.judges,
                 alone=alone,
+                servers=run.servers,
             )
         except asyncio.CancelledError:
             raise
@@ -364,6 +371,11 @@ async def _grade_all(run: _Run, jobs: int):
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
     finally:
+        if run.servers is not None:
+            try:
+                await run.servers.close()
+            except BaseException:  # interrupted again: --die-with-parent ends them
+                pass
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.remove_signal_handler(signum)

@@ -175,7 +175,18 @@ async def _talk(process, frames, request, timeout, startup_timeout) -> str:
             pass
 
     feeding = asyncio.create_task(feed())
-    reading = asyncio.create_task(frames.consume(process.stdout))
+    try:
+        return await read_frames(frames, process.stdout, timeout, startup_timeout)
+    finally:
+        feeding.cancel()
+        await asyncio.gather(feeding, return_exceptions=True)
+
+
+async def read_frames(frames, stream, timeout, startup_timeout) -> str:
+    """Read the frames of ``stream`` into ``frames`` until the end or the deadline
+    (``startup_timeout`` and then ``max(timeout, 30)`` seconds for the definitions, that
+    much again from then on for the cases); "" or what went wrong, in words."""
+    reading = asyncio.create_task(frames.consume(stream))
     limit = max(timeout, 30.0)
     started = time.monotonic()
     try:
@@ -198,6 +209,5 @@ async def _talk(process, frames, request, timeout, startup_timeout) -> str:
             return "the checks of your functions ended early (the process died)"
         return ""
     finally:
-        for task in (feeding, reading):
-            task.cancel()
-        await asyncio.gather(feeding, reading, return_exceptions=True)
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)

@@ -365,6 +365,13 @@ class Sandbox:
             return f"its processes held more than {mb} MB of memory"
         return None
 
+    def over(self, private: Path) -> str | None:
+        """Whether a memory cgroup of ``private``'s processes passed its limit (they may
+        still run: a slot's cases server lives for the batch); None if not."""
+        if any(g.went_over() for g in self.groups.get(str(private), [])):
+            return f"its processes held more than {self.limits.total_memory_mb} MB of memory"
+        return None
+
     def _namespaces(self) -> list[str]:
         flags = [
             "--unshare-user",

@@ -86,13 +86,15 @@ async def grade_notebook(
     watched=(),
     judges=None,
     alone: bool = False,
+    servers=None,
 ) -> dict:
     """Grade one notebook (its bytes) on ``tasks``; never raises, except when the batch
     is cancelled. ``sandbox``: the ``Sandbox`` kernels run in; ``editions``: makes the
     student edition for a list of bans (``editions(bans) -> folder``); ``slot``: the
     kernel slot (the sandbox's user); ``watched``: folders a kernel graded without a
     sandbox must not touch; ``judges``: the batch's ``judge.Judges`` (None: judge in
-    this process); ``alone``: the notebook is graded again with the machine to itself
+    this process); ``servers``: the batch's ``fork_servers.ForkServers`` (None: a new
+    interpreter for the cases); ``alone``: the notebook is graded again with the machine to itself
     (it timed out beside other kernels), so its cases run only after its cells, not
     beside them. Returns {"status": "ok" | "crashed: ..." | "timed out: ..."
     | "stopped: ..." | "malformed: ..." | "error while grading: ...", "tasks": {task:
@@ -136,6 +138,7 @@ async def grade_notebook(
             seed=seed,
             judges=judges,
             alone=alone,
+            servers=servers,
         )
         statuses.append((group, status))
         verdicts.update(graded)
@@ -174,6 +177,7 @@ async def _grade_group(
     seed,
     judges,
     alone=False,
+    servers=None,
 ):
     """Run one kernel for the tasks of ``group`` and, beside it, the fresh interpreter
     that runs their cases: (status, {task: verdict}, flags)."""
@@ -204,6 +208,7 @@ async def _grade_group(
             name=f"{name}-cases",
             timeout=timeout,
             startup_timeout=startup_timeout,
+            servers=servers,
         )
         if alone:  # the timed cells get the machine to themselves
             try:
@@ -266,9 +271,12 @@ async def _grade_group(
     return status, graded, flags
 
 
-async def _cases(definitions, items, **kwargs) -> tuple[dict | None, str]:
-    """``fresh.run``, whose own failure costs this notebook only."""
+async def _cases(definitions, items, servers=None, **kwargs) -> tuple[dict | None, str]:
+    """``fresh.run`` (or the batch's fork server's), whose own failure costs this
+    notebook only."""
     try:
+        if servers is not None:
+            return await servers.run(definitions, items, **kwargs)
         return await fresh.run(definitions, items, **kwargs)
     except asyncio.CancelledError:
         raise

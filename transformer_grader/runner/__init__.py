@@ -10,6 +10,8 @@ reduced to this runner (see ``engine/edition.py``). What it holds, and nothing m
 - ``serve``: the fresh interpreter that runs the cases, beside the notebook's kernel: it
   reads the graded definitions and the cases on its standard input and sends the raw
   outputs back on its standard output;
+- ``fork_server``: in a batch, a warm parent of those interpreters (PyTorch imported
+  once per kernel slot) that forks one for each notebook and cleans up after it;
 - ``dispatch``: blocks the task's banned ATen operators in PyTorch's dispatcher, in that
   interpreter, before any of the student's code runs;
 - ``plan``: the kernel's warm-up cell, and the run of one task's cases;

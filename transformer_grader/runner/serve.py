@@ -93,11 +93,16 @@ def define(definitions: list[dict], namespace: dict) -> list[str]:
 
 def main() -> int:
     fd = _channel()
+    return answer(_read_request(), fd)
+
+
+def answer(raw: bytes, fd: int) -> int:
+    """Run the request ``raw`` (the grader's bytes) and send its frames on ``fd``: the
+    whole life of a cases interpreter once it has its request (here, or in a child of
+    ``fork_server``)."""
     import torch
 
-    request = torch.load(
-        io.BytesIO(_read_request()), weights_only=True, map_location="cpu"
-    )
+    request = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     from . import dispatch
     from .plan import bootstrap, run_task
 

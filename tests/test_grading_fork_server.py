@@ -1,0 +1,201 @@
+"""The batch's fork servers (``engine/fork_servers.py``, ``runner/fork_server.py``): a
+warm parent per kernel slot forks each notebook's cases interpreter. A child must be as
+fresh as a new interpreter: it answers exactly what ``fresh.run`` answers, and nothing
+one notebook's child does (a process left running, a file left behind, the parent
+stopped or killed, the parent's memory read) reaches the next notebook's child.
+
+Each test runs sandboxed cases of the attention task: a hostile notebook's definitions
+do their trick once, then compute honestly (so their own score says nothing), and the
+next notebook's definitions check what they inherited: an honest answer scores 1.0 only
+where the check passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from classroom import need_sandbox
+from conftest import HONEST_ATTENTION
+from transformer_grader.engine import edition as _edition
+from transformer_grader.engine import fork_servers, fresh, memory
+from transformer_grader.engine.sandbox import Limits, Sandbox
+from transformer_grader.engine.verdict import judge_task, plan_item
+from transformer_grader.tasks import TASKS
+
+TASK = TASKS["attention"]
+
+# The honest function, its output multiplied by `_ok()`: 1.0 only where the check held.
+CHECKED = HONEST_ATTENTION.replace(
+    "def scaled_dot_product_attention(q, k, v, mask=None):",
+    "def scaled_dot_product_attention(q, k, v, mask=None):\n    assert _ok()",
+)
+
+
+def _definitions(*sources: str) -> list[dict]:
+    head = "import math, os, signal, subprocess, sys, time\nimport torch\n"
+    return [{"file": "<cell 1>", "source": head}] + [
+        {"file": f"<cell {i + 2}>", "source": s} for i, s in enumerate(sources)
+    ]
+
+
+@pytest.fixture
+def box(tmp_path):
+    need_sandbox()
+    sandbox = Sandbox(tmp_path / "root", Limits())
+    edition = _edition.build(
+        tmp_path / "root" / "edition-0", _edition.library_bans(TASK.banned)
+    )
+    yield sandbox, edition
+    sandbox.release_all()
+
+
+def _server_pid(servers) -> int | None:
+    (server,) = servers.servers.values() or [None]
+    return None if server is None else server.process.pid
+
+
+def _grade(servers, edition, definitions, seed=3):
+    """(score, problem) of the attention task's cases (seed ``seed``) on
+    ``definitions``, in the test's one event loop (the servers' processes belong to the
+    loop that started them)."""
+    return _LOOP.run_until_complete(_job(servers, edition, definitions, seed))
+
+
+async def _job(servers, edition, definitions, seed):
+    cases = TASK.make_cases(TASK.names, seed)
+    report, problem = await servers.run(
+        definitions,
+        [plan_item(TASK, cases)],
+        edition=edition,
+        slot=0,
+        timeout=30.0,
+        startup_timeout=120.0,
+    )
+    entry = (report or {}).get("tasks", {}).get(TASK.name)
+    return judge_task(TASK, cases, entry, problem)["score"], problem
+
+
+_LOOP: asyncio.AbstractEventLoop
+
+
+@pytest.fixture
+def servers(box):
+    global _LOOP
+    sandbox, edition = box
+    _LOOP = asyncio.new_event_loop()
+    pool = fork_servers.ForkServers(sandbox)
+    yield pool, edition
+    _LOOP.run_until_complete(pool.close())
+    _LOOP.close()
+
+
+def _processes_below(pid: int) -> list[str]:
+    names = []
+    for p in memory.descendants(pid):
+        try:
+            names.append(Path(f"/proc/{p}/comm").read_text().strip())
+        except OSError:
+            pass
+    return names
+
+
+def test_a_warm_server_answers_what_a_fresh_interpreter_answers(servers):
+    pool, edition = servers
+    honest = _definitions("_ok = lambda: True", CHECKED)
+    score, problem = _grade(pool, edition, honest)
+    assert (score, problem) == (1.0, "")
+    first = _server_pid(pool)
+    assert first is not None, "an honest notebook cost the server"
+    for seed in (4, 5):
+        assert _grade(pool, edition, honest, seed) == (1.0, "")
+    assert _server_pid(pool) == first, "an honest notebook cost the server"
+    # the very same outputs as a new interpreter's
+    cases = TASK.make_cases(TASK.names, 9)
+    item = [plan_item(TASK, cases)]
+    args = dict(edition=edition, slot=0, timeout=30.0, startup_timeout=120.0)
+    warm, _ = _LOOP.run_until_complete(pool.run(honest, item, **args))
+    new, _ = _LOOP.run_until_complete(
+        fresh.run(honest, item, sandbox=pool.sandbox, name="fresh", **args)
+    )
+    a, b = warm["tasks"]["attention"]["outputs"], new["tasks"]["attention"]["outputs"]
+    assert len(a) == len(b) == len(cases)
+    import torch
+
+    for x, y in zip(a, b):
+        assert type(x) is type(y)
+        if isinstance(x, (tuple, list)):
+            assert all(torch.equal(p, q) for p, q in zip(x, y))
+
+
+def test_no_process_a_notebook_starts_outlives_its_cases(servers):
+    pool, edition = servers
+    leave = _definitions(
+        "_ = [subprocess.Popen(['sleep', '300'], start_new_session=True)"
+        " for _ in range(3)]\n"
+        "if os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)\n"
+        "_ok = lambda: True",
+        CHECKED,
+    )
+    assert _grade(pool, edition, leave) == (1.0, "")
+    server = _server_pid(pool)
+    assert server is not None, "a clean kill of the leftovers keeps the server"
+    assert "sleep" not in _processes_below(server)
+    # the next notebook's child sees no process but init, its parent and itself
+    look = (
+        "def _ok():\n"
+        "    mine = {1, os.getpid(), os.getppid()}\n"
+        "    return not [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine]"
+    )
+    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+
+
+def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
+    pool, edition = servers
+    plant = _definitions(
+        "for _p in ('/tmp/planted', '/dev/shm/planted', 'planted'):\n"
+        "    open(_p, 'w').write('x')\n"
+        "_ok = lambda: True",
+        CHECKED,
+    )
+    assert _grade(pool, edition, plant)[0] == 1.0
+    assert _server_pid(pool) is None, "a server with files left behind was kept"
+    look = (
+        "def _ok():\n"
+        "    return not any(os.path.exists(p) for p in ('/tmp/planted',"
+        " '/dev/shm/planted', 'planted'))"
+    )
+    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+
+
+def test_the_servers_memory_is_out_of_a_childs_reach(servers):
+    pool, edition = servers
+    look = (
+        "def _ok():\n"
+        "    for name in ('mem', 'environ', 'maps'):\n"
+        "        try:\n"
+        "            open(f'/proc/{os.getppid()}/{name}', 'rb').read(16)\n"
+        "            return False\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return True"
+    )
+    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+
+
+@pytest.mark.parametrize("how", ["SIGSTOP", "SIGKILL"])
+def test_a_child_that_stops_its_server_costs_only_the_server(servers, monkeypatch, how):
+    pool, edition = servers
+    monkeypatch.setattr(fork_servers, "DONE_SECONDS", 2.0)
+    hit = _definitions(
+        f"os.kill(os.getppid(), signal.{how})\n_ok = lambda: True", CHECKED
+    )
+    _grade(pool, edition, hit)  # its own score: whatever it gets
+    assert _server_pid(pool) is None, "a server that did not answer was kept"
+    honest = _definitions("_ok = lambda: True", CHECKED)
+    assert _grade(pool, edition, honest) == (1.0, "")
+    assert _server_pid(pool) is not None
