@@ -157,7 +157,7 @@ def test_no_process_a_notebook_starts_outlives_its_cases(servers):
 def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
     pool, edition = servers
     plant = _definitions(
-        "for _p in ('/tmp/planted', '/dev/shm/planted', 'planted'):\n"
+        "for _p in ('/tmp/planted', '/dev/shm/planted', 'planted', '../planted'):\n"
         "    open(_p, 'w').write('x')\n"
         "_ok = lambda: True",
         CHECKED,
@@ -167,7 +167,7 @@ def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
     look = (
         "def _ok():\n"
         "    return not any(os.path.exists(p) for p in ('/tmp/planted',"
-        " '/dev/shm/planted', 'planted'))"
+        " '/dev/shm/planted', 'planted', '../planted'))"
     )
     assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
 
@@ -176,7 +176,7 @@ def test_the_servers_memory_is_out_of_a_childs_reach(servers):
     pool, edition = servers
     look = (
         "def _ok():\n"
-        "    for name in ('mem', 'environ', 'maps'):\n"
+        "    for name in ('mem', 'environ', 'maps', 'fd/0', 'fd/1', 'root/proc/1/mem'):\n"
         "        try:\n"
         "            open(f'/proc/{os.getppid()}/{name}', 'rb').read(16)\n"
         "            return False\n"

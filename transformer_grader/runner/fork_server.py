@@ -25,7 +25,7 @@ Between two notebooks it makes sure the next child inherits nothing from the las
 - every other process of the sandbox is killed (``kill(-1)`` in the sandbox's own PID
   namespace, where only bubblewrap's init and this process remain; this process is the
   subreaper of whatever the child started, so it sees them end);
-- the child's folders (its working folder, ``/tmp``, ``/dev/shm``) must hold exactly
+- the child's folders (its private folder, ``/tmp``, ``/dev/shm``) must hold exactly
   what they held when this process started (the same paths, files of the same size and
   time) and no System V IPC object may remain, or it reports ``0``;
 - this process is not dumpable (``PR_SET_DUMPABLE`` 0): a child running as the same
@@ -184,8 +184,9 @@ def main() -> int:
     # bubblewrap's init is 1 and this is 2: then kill(-1) reaches only the sandbox
     own_namespace = os.getpid() == 2 and "--sandboxed" in sys.argv
     work = os.getcwd()
-    log = os.path.join(os.path.dirname(work), "runner.log")
-    folders = (work, *_WATCHED)
+    private = os.path.dirname(work)  # work/, ipc/ and the log: all its child may write
+    log = os.path.join(private, "runner.log")
+    folders = (private, *_WATCHED)
     pristine = _snapshot(folders, log)
     sock.sendall(READY)
     while True:
