@@ -157,6 +157,7 @@ def test_no_process_a_notebook_starts_outlives_its_cases(servers):
 def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
     pool, edition = servers
     plant = _definitions(
+        "os.makedirs('/tmp/empty/made', exist_ok=True)\n"
         "for _p in ('/tmp/planted', '/dev/shm/planted', 'planted', '../planted'):\n"
         "    open(_p, 'w').write('x')\n"
         "_ok = lambda: True",
@@ -199,3 +200,19 @@ def test_a_child_that_stops_its_server_costs_only_the_server(servers, monkeypatc
     honest = _definitions("_ok = lambda: True", CHECKED)
     assert _grade(pool, edition, honest) == (1.0, "")
     assert _server_pid(pool) is not None
+
+
+def test_an_empty_folder_made_while_grading_is_removed_and_keeps_the_server(servers):
+    """PyTorch itself makes ``/tmp/torchinductor_<user>`` when a training step imports
+    its compiler: an empty folder is tidied away, not a reason to start again."""
+    pool, edition = servers
+    make = _definitions(
+        "os.makedirs('/tmp/torchinductor_x/a/b', exist_ok=True)\n_ok = lambda: True",
+        CHECKED,
+    )
+    assert _grade(pool, edition, make) == (1.0, "")
+    first = _server_pid(pool)
+    assert first is not None
+    look = "def _ok():\n    return not os.path.exists('/tmp/torchinductor_x')"
+    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+    assert _server_pid(pool) == first

@@ -27,7 +27,8 @@ Between two notebooks it makes sure the next child inherits nothing from the las
   subreaper of whatever the child started, so it sees them end);
 - the child's folders (its private folder, ``/tmp``, ``/dev/shm``) must hold exactly
   what they held when this process started (the same paths, files of the same size and
-  time) and no System V IPC object may remain, or it reports ``0``;
+  time; empty folders it made are removed) and no System V IPC object may remain, or it
+  reports ``0``;
 - this process is not dumpable (``PR_SET_DUMPABLE`` 0): a child running as the same
   user cannot read or write its memory through ``/proc`` or ``ptrace``. A child that
   signals it (stops or kills it) only makes the grader start a new one: the grader
@@ -135,6 +136,24 @@ def _snapshot(folders, log: str) -> set:
     return found
 
 
+def _tidy(folders, log: str, pristine: set) -> bool:
+    """Remove the empty folders a child made (PyTorch makes
+    ``/tmp/torchinductor_<user>`` when a training step imports its compiler); True if
+    the folders then hold exactly what they held at the start."""
+    now = _snapshot(folders, log)
+    made = sorted(
+        (p for p in now - pristine if isinstance(p, str)),
+        key=lambda p: p.count(os.sep),
+        reverse=True,
+    )
+    for path in made:
+        try:
+            os.rmdir(path)  # only an empty folder goes; anything else stays, and shows
+        except OSError:
+            return False
+    return (_snapshot(folders, log) if made else now) == pristine
+
+
 def _no_ipc() -> bool:
     for kind in ("shm", "msg", "sem"):
         try:
@@ -210,7 +229,7 @@ def main() -> int:
         except ChildProcessError:
             pass
         clean = _kill_the_rest(own_namespace, child)
-        clean = clean and _snapshot(folders, log) == pristine and _no_ipc()
+        clean = clean and _tidy(folders, log, pristine) and _no_ipc()
         sock.sendall(DONE + (b"1" if clean else b"0"))
 
 
