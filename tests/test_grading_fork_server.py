@@ -216,3 +216,22 @@ def test_an_empty_folder_made_while_grading_is_removed_and_keeps_the_server(serv
     look = "def _ok():\n    return not os.path.exists('/tmp/torchinductor_x')"
     assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
     assert _server_pid(pool) == first
+
+
+def test_a_server_imports_what_its_tasks_name_once_for_every_child(servers):
+    """``Task.imports`` (the training task: ``torch._dynamo``, which an optimizer's first
+    construction imports at ~1.2 s of CPU) is imported by the server, so a child finds
+    it loaded; a server whose tasks name nothing stays lean."""
+    pool, edition = servers
+    cases = TASK.make_cases(TASK.names, 3)
+    look = "def _ok():\n    return ('torch._dynamo' in sys.modules) == WANTED"
+    args = dict(edition=edition, timeout=30.0, startup_timeout=120.0)
+    for slot, imports in ((0, []), (1, ["torch._dynamo"])):
+        item = dict(plan_item(TASK, cases), imports=imports)
+        wanted = f"WANTED = {bool(imports)}"
+        report, problem = _LOOP.run_until_complete(
+            pool.run(_definitions(wanted, look, CHECKED), [item], slot=slot, **args)
+        )
+        entry = report["tasks"][TASK.name]
+        assert judge_task(TASK, cases, entry, problem)["score"] == 1.0, imports
+    assert TASKS["train_step"].imports == ("torch._dynamo",)

@@ -259,6 +259,41 @@ class _Run:
     rows: dict = field(default_factory=dict)  # student -> row
 
 
+class _Slots:
+    """The kernel slots of a batch, handed to the notebooks waiting for one. A slot that
+    comes free goes to a waiting notebook of the assignment it graded last, else to the
+    first one waiting: the slot's warm cases servers (one per student edition,
+    ``fork_servers``) then serve one assignment after another instead of starting again
+    for every notebook."""
+
+    def __init__(self, count: int):
+        self.free = list(range(count))
+        self.last: dict[int, str] = {}  # slot -> the assignment it graded last
+        self.waiting: list = []  # [(assignment, future)], in the order they asked
+
+    async def get(self, assignment: str) -> int:
+        if self.free and not self.waiting:
+            same = [s for s in self.free if self.last.get(s) == assignment]
+            slot = (same or self.free)[0]
+            self.free.remove(slot)
+            self.last[slot] = assignment
+            return slot
+        future = asyncio.get_running_loop().create_future()
+        self.waiting.append((assignment, future))
+        return await future
+
+    def put(self, slot: int) -> None:
+        self.waiting = [(a, f) for a, f in self.waiting if not f.done()]  # cancelled
+        if not self.waiting:
+            self.free.append(slot)
+            return
+        same = [w for w in self.waiting if w[0] == self.last.get(slot)]
+        assignment, future = (same or self.waiting)[0]
+        self.waiting.remove((assignment, future))
+        self.last[slot] = assignment
+        future.set_result(slot)
+
+
 async def _grade_all(run: _Run, jobs: int):
     """Grade every notebook of ``run``, ``jobs`` at a time; a student's row is made (and
     appended to the partial CSV) as soon as all their notebooks are graded."""
@@ -275,9 +310,7 @@ async def _grade_all(run: _Run, jobs: int):
             loop.add_signal_handler(signum, stop)
         except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
             pass
-    slots: asyncio.Queue = asyncio.Queue()
-    for slot in range(jobs):
-        slots.put_nowait(slot)
+    slots = _Slots(jobs)
     table = run.table
     ignore = [] if table is None else [str(table.out), str(table.partial)]
     watching = None if run.box.confined else _Watch(run.folder, ignore)
@@ -340,12 +373,12 @@ async def _grade_all(run: _Run, jobs: int):
             student_done(student)
 
     async def one(student, assignment):
-        slot = await slots.get()
+        slot = await slots.get(assignment)
         begun = time.monotonic()
         try:
             outcome = await attempt(student, assignment, slot)
         finally:
-            slots.put_nowait(slot)
+            slots.put(slot)
         if jobs > 1 and outcome["status"].startswith("timed out"):
             # A kernel beside it may have kept every core busy (a notebook may run
             # many processes): time is judged with the machine to itself, at the end.

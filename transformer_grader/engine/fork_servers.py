@@ -12,8 +12,9 @@ Whatever looks wrong costs the server, never the next notebook: a job that times
 sends frames that cannot be read, goes over a limit (memory, disk, the cgroup's), or
 after which the server does not answer ``DONE`` within ``DONE_SECONDS``, or answers that
 something was left behind, ends with the server killed (the whole sandbox); the next
-notebook of that slot starts a new one. ``close()`` at the end of the batch stops them
-all.
+notebook of that slot starts a new one. A slot keeps at most ``PER_SLOT`` servers (the
+most recently used; the batch hands a slot the notebooks of the assignment it graded
+last, ``batch._Slots``). ``close()`` at the end of the batch stops them all.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..runner.fork_server import DONE, FORK, READY
 
 _MODULE = "transformer_grader.runner.fork_server"
 DONE_SECONDS = 10.0
+PER_SLOT = 3  # warm servers kept per slot (each holds PyTorch: ~200 MB)
 
 
 class _Server:
@@ -62,11 +64,14 @@ class ForkServers:
         self.sandbox = sandbox
         self.servers: dict[tuple[int, str], _Server] = {}
 
-    async def _start(self, edition, slot: int, startup_timeout: float) -> _Server:
+    async def _start(
+        self, edition, slot: int, startup_timeout: float, imports=()
+    ) -> _Server:
         sandbox = self.sandbox
         private = sandbox.private_folder(f"fork-{slot}-{secrets.token_hex(4)}", slot)
+        warm = [x for name in imports for x in ("--import", str(name))]
         argv = sandbox.command(
-            private, edition, slot, ["-P", "-m", _MODULE, "--sandboxed"]
+            private, edition, slot, ["-P", "-m", _MODULE, "--sandboxed", *warm]
         )
         ours, theirs = socket.socketpair()
         log = open(private / "runner.log", "ab")
@@ -132,12 +137,16 @@ class ForkServers:
             server = None
         if server is None:
             try:
-                server = await self._start(edition, slot, startup_timeout)
+                imports = sorted({m for item in tasks for m in item.get("imports", ())})
+                server = await self._start(edition, slot, startup_timeout, imports)
             except (OSError, ValueError, EOFError) as error:
                 return None, f"the checks of your functions could not start ({error})"
         keep, result = await self._job(server, definitions, tasks, timeout)
         if keep:
-            self.servers[key] = server
+            self.servers[key] = server  # (last in the dict: the most recently used)
+            mine = [k for k in self.servers if k[0] == slot]
+            for old in mine[: max(0, len(mine) - PER_SLOT)]:  # the least recently used
+                await self._stop(self.servers.pop(old))
         else:
             over = await self._stop(server)
             if over is not None:

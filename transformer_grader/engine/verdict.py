@@ -27,6 +27,7 @@ def plan_item(task: Task, cases: list[Case]) -> dict:
         "names": list(task.names),
         "banned": list(task.banned),
         "ops": list(task.ops),
+        "imports": list(task.imports),
         "cases": [
             {
                 "call": c.call,

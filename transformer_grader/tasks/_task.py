@@ -52,7 +52,10 @@ class Task:
     graded code must not reach (see ``guard``). ``rules``: the same in words, for the
     student. ``ops``: the ATen operators those references end in, blocked in the
     dispatcher while the cases run in batch grading (``runner/dispatch.py``), whatever
-    route the code takes to them.
+    route the code takes to them. ``imports``: modules its cases import on first use
+    that cost much (an optimizer's first construction imports PyTorch's compiler stack,
+    about 1.2 s): the batch's fork servers import them once (``runner/fork_server.py``),
+    not every notebook's cases.
     """
 
     name: str
@@ -63,6 +66,7 @@ class Task:
     banned: tuple[str, ...] = ()
     rules: str = ""
     ops: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
     notes: dict = field(default_factory=dict)
 
 

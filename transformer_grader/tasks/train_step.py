@@ -276,6 +276,7 @@ TASK = Task(
     callers=CALLERS["train_step"],
     make_cases=make_cases,
     banned=("transformer_lib.training",),
+    imports=("torch._dynamo",),  # torch.optim's first optimizer imports it
     rules=(
         "the library's training module (transformer_lib.training: train_step, train,"
         " noam_lr); the model, masked_cross_entropy and F.cross_entropy are fine"
