@@ -141,7 +141,15 @@ class ForkServers:
                 server = await self._start(edition, slot, startup_timeout, imports)
             except (OSError, ValueError, EOFError) as error:
                 return None, f"the checks of your functions could not start ({error})"
-        keep, result = await self._job(server, definitions, tasks, timeout)
+        try:
+            keep, result = await self._job(server, definitions, tasks, timeout)
+        except BaseException:  # the batch was interrupted: the server goes with it
+            try:
+                server.process.kill()
+            except ProcessLookupError:
+                pass
+            await self._stop(server)
+            raise
         if keep:
             self.servers[key] = server  # (last in the dict: the most recently used)
             mine = [k for k in self.servers if k[0] == slot]

@@ -101,13 +101,13 @@ def _reap() -> None:
 
 def _kill_the_rest(own_namespace: bool, child: int, wait: float = 5.0) -> bool:
     """Kill whatever the last child left running; True once nothing is left."""
-    if not own_namespace:  # only its own process group can be found
+    if not own_namespace:  # only its own process group can be found: never clean
         try:
             os.killpg(child, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         _reap()
-        return True
+        return False  # (the grader starts a new server: as safe as no server at all)
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -210,8 +210,8 @@ def main() -> int:
     for name in _imports(sys.argv[1:]):
         importlib.import_module(name)
 
-    _prctl(_PR_SET_DUMPABLE, 0)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if not (_prctl(_PR_SET_DUMPABLE, 0) and _prctl(_PR_SET_CHILD_SUBREAPER, 1)):
+        return 1  # without both, a child could reach this process or escape its end
     # bubblewrap's init is 1 and this is 2: then kill(-1) reaches only the sandbox
     own_namespace = os.getpid() == 2 and "--sandboxed" in sys.argv
     work = os.getcwd()
