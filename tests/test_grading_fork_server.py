@@ -13,8 +13,7 @@ where the check passed.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -94,6 +93,13 @@ def servers(box):
     _LOOP.close()
 
 
+def _next_passes(pool, edition, body: str) -> None:
+    """The next notebook checks what it inherited with ``body`` (the body of its
+    ``_ok()``): its honest answer must score 1.0, so the check must hold."""
+    look = "def _ok():\n" + textwrap.indent(body, "    ")
+    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+
+
 def _processes_below(pid: int) -> list[str]:
     names = []
     for p in memory.descendants(pid):
@@ -146,12 +152,12 @@ def test_no_process_a_notebook_starts_outlives_its_cases(servers):
     assert server is not None, "a clean kill of the leftovers keeps the server"
     assert "sleep" not in _processes_below(server)
     # the next notebook's child sees no process but init, its parent and itself
-    look = (
-        "def _ok():\n"
-        "    mine = {1, os.getpid(), os.getppid()}\n"
-        "    return not [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine]"
+    _next_passes(
+        pool,
+        edition,
+        "mine = {1, os.getpid(), os.getppid()}\n"
+        "return not [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine]",
     )
-    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
 
 
 def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
@@ -165,12 +171,12 @@ def test_a_file_left_behind_costs_the_server_not_the_next_notebook(servers):
     )
     assert _grade(pool, edition, plant)[0] == 1.0
     assert _server_pid(pool) is None, "a server with files left behind was kept"
-    look = (
-        "def _ok():\n"
-        "    return not any(os.path.exists(p) for p in ('/tmp/planted',"
-        " '/dev/shm/planted', 'planted', '../planted'))"
+    _next_passes(
+        pool,
+        edition,
+        "return not any(os.path.exists(p) for p in ('/tmp/planted',"
+        " '/dev/shm/planted', 'planted', '../planted'))",
     )
-    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
 
 
 def test_the_servers_memory_is_out_of_a_childs_reach(servers):
@@ -213,8 +219,7 @@ def test_an_empty_folder_made_while_grading_is_removed_and_keeps_the_server(serv
     assert _grade(pool, edition, make) == (1.0, "")
     first = _server_pid(pool)
     assert first is not None
-    look = "def _ok():\n    return not os.path.exists('/tmp/torchinductor_x')"
-    assert _grade(pool, edition, _definitions(look, CHECKED)) == (1.0, "")
+    _next_passes(pool, edition, "return not os.path.exists('/tmp/torchinductor_x')")
     assert _server_pid(pool) == first
 
 
