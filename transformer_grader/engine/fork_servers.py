@@ -25,8 +25,8 @@ import secrets
 import socket
 import struct
 
-from . import disk, memory
-from .fresh import _Frames, read_frames, request_bytes
+from . import disk
+from .fresh import _Frames, kill, read_frames, request_bytes, watch_cases
 from ..runner.fork_server import DONE, FORK, READY
 
 _MODULE = "transformer_grader.runner.fork_server"
@@ -107,10 +107,7 @@ class ForkServers:
 
     async def _stop(self, server: _Server) -> str | None:
         """Kill ``server`` (its whole sandbox) and clean up; what its cgroup saw."""
-        try:
-            server.process.kill()
-        except ProcessLookupError:
-            pass
+        kill(server.process)
         await server.process.wait()
         server.sock.close()
         server.log.close()
@@ -144,10 +141,6 @@ class ForkServers:
         try:
             keep, result = await self._job(server, definitions, tasks, timeout)
         except BaseException:  # the batch was interrupted: the server goes with it
-            try:
-                server.process.kill()
-            except ProcessLookupError:
-                pass
             await self._stop(server)
             raise
         if keep:
@@ -163,30 +156,12 @@ class ForkServers:
 
     async def _job(self, server: _Server, definitions, tasks, timeout):
         """One notebook's cases on ``server``: (keep the server?, (report, problem))."""
-        limits, frames = self.sandbox.limits, _Frames()
-        request = request_bytes(definitions, tasks)
+        from .kernel import _stop_watching
+
+        frames, request = _Frames(), request_bytes(definitions, tasks)
         os.ftruncate(server.log.fileno(), 0)  # (opened to append) this job's only
-
-        async def kill():
-            try:
-                server.process.kill()
-            except ProcessLookupError:
-                pass
-
-        from .kernel import _stop_watching, watch
-
-        watchers = [
-            asyncio.create_task(watch(look, kill))
-            for look in (
-                lambda: disk.overuse(
-                    server.private, limits.disk_mb * 2**20, limits.files
-                ),
-                lambda: memory.overuse(
-                    server.process.pid, limits.total_memory_mb * 2**20
-                ),
-            )
-        ]
-        problem, done, pipe = "", b"", None
+        watchers = watch_cases(server.process, server.private, self.sandbox.limits)
+        problem, done = "", b""
         try:
             try:
                 await asyncio.to_thread(
@@ -223,7 +198,7 @@ class ForkServers:
                     done = b""
         finally:
             if problem:  # the child may still run: the whole server goes
-                await kill()
+                kill(server.process)
             overused = await _stop_watching(watchers)
         if overused is not None:
             return False, (None, f"stopped: the checks of your functions: {overused}")

@@ -129,28 +129,14 @@ async def run(
                 limit=2**20,
             )
 
-            async def kill():
-                try:
-                    process.kill()
-                except ProcessLookupError:
-                    pass
-
-            from .kernel import watch
-
-            watchers = [
-                asyncio.create_task(watch(look, kill))
-                for look in (
-                    lambda: disk.overuse(private, limits.disk_mb * 2**20, limits.files),
-                    lambda: memory.overuse(process.pid, limits.total_memory_mb * 2**20),
-                )
-            ]
+            watchers = watch_cases(process, private, limits)
             try:
                 problem = await _talk(
                     process, frames, request_bytes(definitions, tasks), timeout,
                     startup_timeout,
                 )
             finally:
-                await kill()
+                kill(process)
                 await process.wait()
                 from .kernel import _stop_watching
 
@@ -161,6 +147,32 @@ async def run(
     if overused is not None:
         return None, f"stopped: the checks of your functions: {overused}"
     return frames.report, problem
+
+
+def kill(process) -> None:
+    """Kill ``process`` (a sandbox: everything in it goes too), if it still runs."""
+    try:
+        process.kill()
+    except ProcessLookupError:
+        pass
+
+
+def watch_cases(process, private, limits) -> list:
+    """The watches of a cases interpreter (``process``, its ``private`` folder): its
+    folder's size and files, the memory of all its processes; each kills it once over
+    its limit. Stop them with ``kernel._stop_watching``."""
+    from .kernel import watch
+
+    async def stop():
+        kill(process)
+
+    return [
+        asyncio.create_task(watch(look, stop))
+        for look in (
+            lambda: disk.overuse(private, limits.disk_mb * 2**20, limits.files),
+            lambda: memory.overuse(process.pid, limits.total_memory_mb * 2**20),
+        )
+    ]
 
 
 async def _talk(process, frames, request, timeout, startup_timeout) -> str:

@@ -355,15 +355,11 @@ class Sandbox:
     def release(self, private: Path) -> str | None:
         """After the processes started for ``private`` ended: remove their memory
         cgroups (if they had any) and say what went over, if one passed its limit."""
-        over = False
+        over = self.over(private)
         for group in self.groups.pop(str(private), []):
-            over = group.went_over() or over
             if not group.remove():
                 self.left.append(group)
-        if over:
-            mb = self.limits.total_memory_mb
-            return f"its processes held more than {mb} MB of memory"
-        return None
+        return over
 
     def over(self, private: Path) -> str | None:
         """Whether a memory cgroup of ``private``'s processes passed its limit (they may
