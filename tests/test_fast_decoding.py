@@ -9,10 +9,11 @@ import shutil
 import pytest
 import torch
 import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import transformer_lib as tl
 from transformer_lib.decoding import length_penalty_power
-from transformer_lib.fast_decoding import FastDecoder, _greedy_step
+from transformer_lib.fast_decoding import FastDecoder, _beam_step, _greedy_step
 
 from conftest import PAD, make_small_model, need, random_tokens
 
@@ -152,6 +153,71 @@ def test_the_step_is_one_graph_without_breaks():
     torch._dynamo.reset()
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), [
         str(b.reason) for b in explanation.break_reasons]
+
+
+class _HostReads(TorchDispatchMode):
+    """Records each operation that hands a tensor's *value* to the host: ``int(t)``,
+    ``bool(t)``, ``torch.equal``, and those whose output shape depends on values
+    (``nonzero``, boolean-mask indexing, ``unique``). On a GPU each one waits for the
+    device, and inside ``torch.cuda.graph`` each one is an error: the CUDA graph's
+    precondition, checked here on the CPU, where the step runs the same operations."""
+
+    READS = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select",
+             "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        if name in self.READS or (name.startswith(("index", "_index_put"))
+                                  and _has_bool_index(args)):
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _has_bool_index(args) -> bool:
+    """x[mask] and x[mask] = v: aten.index / index_put with a boolean index tensor."""
+    indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
+def test_the_probe_sees_a_host_read():
+    """The probe below is only as good as its list: an ``int()`` and a boolean index
+    in a step must show up, in this version of torch."""
+    x = torch.arange(4)
+    with _HostReads() as probe:
+        int(x[0])
+        x[x > 1].sum()
+        x[x > 2] = 0
+        x[torch.tensor([0, 1])].sum()  # an integer index reads nothing
+    assert [r.split(".")[1] for r in probe.reads] == ["_local_scalar_dense", "index",
+                                                     "index_put_"], probe.reads
+
+
+@pytest.mark.parametrize("kind", ["greedy", "beam"])
+def test_the_eager_step_reads_nothing_on_the_host(kind):
+    """What ``torch.cuda.graph`` records is the *eager* step, checks and all (torch.compile
+    traces them, but the uncompiled CUDA graph runs them as written): none of it may read a
+    value, in any of the first steps, rows finishing or not."""
+    model, src, eos = _case(1)
+    decoder = FastDecoder(model)
+    step = _greedy_step if kind == "greedy" else _beam_step
+    if kind == "greedy":
+        decoder.greedy(src, MAX_LEN, BOS, eos)
+    else:
+        decoder.beam(src, 3, MAX_LEN, BOS, eos)
+    (session,) = decoder.sessions.values()
+    session.reset(BOS)
+    if kind == "beam":  # as FastDecoder.beam starts a batch
+        session.scores.zero_()
+        session.scores[:, 1:] = float("-inf")
+    with torch.no_grad(), _HostReads() as probe:
+        for _ in range(MAX_LEN):
+            step(model, session, eos)
+    assert probe.reads == []
+    assert bool(session.finished.any())  # the steps above included rows that ended
 
 
 @pytest.mark.parametrize("kind", ["greedy", "beam"])
