@@ -118,9 +118,11 @@ def run_deterministic(argv: list[str] | None) -> dict:
         print(f"\n--- the same, deterministic (a fresh process) ---", flush=True)
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         print("".join(f"  | {line}\n" for line in result.stdout.splitlines()), end="")
-        if result.returncode != 0:
+        if result.returncode != 0 and not path.exists():
             sys.stderr.write(result.stderr[-3000:])
             raise SystemExit(f"the deterministic run failed (exit {result.returncode})")
+        # A run that wrote its results but exits 1 had contenders fail: they are named in
+        # its results ("failed"), and the caller reports them.
         return json.loads(path.read_text())
 
 

@@ -24,7 +24,8 @@ steps. Contenders, all greedy on the same batch (half of it padded):
     generate   Hugging Face's MarianMTModel.generate (greedy, its own cache)
 
 It checks that every contender's tokens equal the cached loop's, and prints times and
-ratios. ``--deterministic off|on|both``: as in benchmarks/attention.py (default both on a
+ratios. A contender that raises (a step that cannot be recorded as a CUDA graph, say) is
+named, left out of the timings and the ratios, and makes the exit code 1. ``--deterministic off|on|both``: as in benchmarks/attention.py (default both on a
 GPU: the cost of determinism per contender; on the CPU, where it is free, on).
 
 Targets (issue 28), determinism off: on a GPU (base model, B 32, 64 new tokens) the
@@ -163,8 +164,9 @@ def main(argv=None) -> int:
 
     print(f"greedy decoding, {args.model} model ({config}), Marian-shaped, random weights; "
           f"B={args.batch}, Ls={args.src_len}, {n} new tokens")
+    failed = {}
     with torch.no_grad():
-        outputs = {name: fn() for name, fn in fns.items()}  # also the warm-up (graphs, compile)
+        outputs = first_runs(fns, failed)  # also the warm-up (graphs, compile)
     reference = outputs["cached"]
     same = {name: int((out == reference).all(dim=1).sum()) if out.shape == reference.shape
             else 0 for name, out in outputs.items()}
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
         t = median_times(fns, repeats, device, warmup=1)
     results = {"info": info, "model": args.model, "config": config, "batch": args.batch,
                "src_len": args.src_len, "new_tokens": n, "same_rows": same,
-               "greedy_ms": {name: 1e3 * s for name, s in t.items()}}
+               "greedy_ms": {name: 1e3 * s for name, s in t.items()}, "failed": failed}
     print(f"{'':<10} {'ms':>9} {'ms/token':>9} {'x faster than cached':>21}")
     for name, seconds in t.items():
         print(f"{name:<10} {1e3 * seconds:>9.1f} {1e3 * seconds / n:>9.3f} "
@@ -193,23 +195,51 @@ def main(argv=None) -> int:
     print("ratios: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                                   for k, v in ratios.items()))
     if args.beam:
-        results["beam"] = bench_beam(args, model, hf_model, src, device, repeats)
+        results["beam"] = bench_beam(args, model, hf_model, src, device, repeats, failed)
     report_targets(device, args, ratios, same)
 
     if deterministic_mode(args, device) == "both":
         other = run_deterministic(argv)
-        rows = [(f"greedy, {name}", results["greedy_ms"][name], other["greedy_ms"][name])
-                for name in results["greedy_ms"]]
-        rows += [(f"beam {args.beam}, {name}", results["beam"]["ms"][name],
-                  other["beam"]["ms"][name]) for name in results.get("beam", {}).get("ms", {})]
+        rows = [(f"greedy, {name}", ms, other["greedy_ms"][name])
+                for name, ms in results["greedy_ms"].items() if name in other["greedy_ms"]]
+        other_beam = other.get("beam", {}).get("ms", {})
+        rows += [(f"beam {args.beam}, {name}", ms, other_beam[name])
+                 for name, ms in results.get("beam", {}).get("ms", {}).items()
+                 if name in other_beam]
+        failed.update({f"{name} (deterministic)": why
+                       for name, why in other.get("failed", {}).items()})
         results["deterministic"] = {"results": other, "cost": print_cost(rows)}
     if args.json is not None:
         path = args.json or RESULTS / f"decoding_{args.model}_{device.type}.json"
         print(f"wrote {write_json(path, results)}")
+    if failed:
+        print("FAILED contenders (left out above): " + "; ".join(
+            f"{name}: {why}" for name, why in failed.items()))
+        return 1
     return 0
 
 
-def bench_beam(args, model, hf_model, src, device, repeats):
+def first_runs(fns: dict, failed: dict, prefix: str = "") -> dict:
+    """Run each contender once (the warm-up: graphs recorded, steps compiled) and return
+    its tokens. One that raises is reported, recorded in ``failed`` and removed from
+    ``fns``, so that the others are still timed and the script ends with exit code 1.
+    The cached loop is the reference: its failure is not caught."""
+    outputs = {}
+    for name, fn in list(fns.items()):
+        if name == "cached":
+            outputs[name] = fn()
+            continue
+        try:
+            outputs[name] = fn()
+        except Exception as error:  # reported, and the script's exit code says so
+            first_line = (str(error).strip().splitlines() or [""])[0][:300]
+            failed[prefix + name] = f"{type(error).__name__}: {first_line}"
+            print(f"FAILED: {prefix}{name}: {failed[prefix + name]}", flush=True)
+            del fns[name]
+    return outputs
+
+
+def bench_beam(args, model, hf_model, src, device, repeats, failed):
     k, n, bos_id = args.beam, args.new_tokens, model.pad_id
     from transformer_lib.decoding import length_penalty_power
     options = dict(length_penalty=1.0, length_penalty_fn=length_penalty_power)
@@ -225,7 +255,7 @@ def bench_beam(args, model, hf_model, src, device, repeats):
             input_ids=src, attention_mask=mask, num_beams=k, do_sample=False,
             length_penalty=1.0, max_new_tokens=n, bad_words_ids=[[bos_id]])
     with torch.no_grad():
-        outputs = {name: fn() for name, fn in fns.items()}
+        outputs = first_runs(fns, failed, prefix=f"beam {k}, ")
         t = median_times(fns, repeats, device, warmup=0)
     reference = outputs["cached"]
     same = {name: int((out == reference).all(dim=1).sum()) if out.shape == reference.shape

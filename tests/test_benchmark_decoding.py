@@ -1,0 +1,93 @@
+"""benchmarks/decoding.py on the CPU, tiny: every contender gives the cached loop's tokens,
+and a contender that fails (as a CUDA graph could on a GPU this was not written on) is
+named, left out, and turns the exit code to 1 while the others are still timed."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import transformer_lib as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--model", "small", "--batch", "4", "--src-len", "6", "--new-tokens", "3",
+        "--repeats", "1", "--threads", "1", "--deterministic", "on"]
+
+
+@pytest.fixture
+def decoding(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("decoding_bench",
+                                                  ROOT / "benchmarks" / "decoding.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    before = torch.get_num_threads()
+    yield module
+    torch.set_num_threads(before)
+
+
+def test_every_contender_gives_the_cached_tokens(decoding, capsys, tmp_path):
+    assert decoding.main([*TINY, "--json", str(tmp_path / "out.json")]) == 0
+    out = capsys.readouterr().out
+    assert "rows with the cached loop's tokens: uncached 4/4, cached 4/4, static 4/4" in out
+    assert "Target (cpu): cached greedy <= 0.8x generate's time" in out
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert results["failed"] == {}
+    assert set(results["same_rows"].values()) == {4}
+
+
+def test_a_failing_contender_is_named_and_the_others_still_timed(decoding, capsys,
+                                                                 monkeypatch, tmp_path):
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+    monkeypatch.setattr(tl.FastDecoder, "greedy", broken)
+    assert decoding.main([*TINY, "--json", str(tmp_path / "out.json")]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: static: RuntimeError: operation not permitted when stream is capturing" in out
+    assert "static" not in out.split("rows with the cached loop's tokens:")[1].splitlines()[0]
+    assert "Target (cpu)" in out  # the comparison with generate still ran
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert results["failed"] == {
+        "static": "RuntimeError: operation not permitted when stream is capturing"}
+    assert "static" not in results["greedy_ms"] and "cached" in results["greedy_ms"]
+
+
+def test_the_cached_loop_failing_is_not_hidden(decoding, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the reference itself")
+    monkeypatch.setattr(tl, "greedy_decode", broken)
+    with pytest.raises(RuntimeError, match="the reference itself"):
+        decoding.main(TINY)
+
+
+def test_a_deterministic_rerun_that_reports_failures_is_still_read(tmp_path):
+    """run_deterministic: a rerun that wrote its results and exits 1 (contenders failed)
+    is read; one that wrote nothing stops the caller."""
+    script = tmp_path / "bench.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+        from _timing import run_deterministic
+        args = sys.argv[1:]
+        if "--deterministic" in args:  # the rerun
+            if "--crash" in args:
+                raise SystemExit(2)
+            path = args[args.index("--json") + 1]
+            json.dump({{"failed": {{"graphed": "RuntimeError: x"}}}}, open(path, "w"))
+            raise SystemExit(1)
+        print(json.dumps(run_deterministic(args)))
+    """))
+    ok = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout.splitlines()[-1]) == {"failed": {"graphed": "RuntimeError: x"}}
+    crash = subprocess.run([sys.executable, str(script), "--crash"], capture_output=True,
+                           text=True, timeout=60)
+    assert crash.returncode != 0
+    assert "the deterministic run failed (exit 2)" in crash.stderr
