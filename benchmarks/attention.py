@@ -13,7 +13,8 @@ Prints ratios, ours / PyTorch's (below 1: we are faster):
    shared vocabulary of 32,000, label smoothing 0.1, fused Adam): tl.Transformer against
    nn.Transformer with the same embeddings, positional encoding and output layer.
    On a GPU: B=64 x L=128 under bfloat16 autocast; on the CPU a smaller batch in float32.
-   ``--compile`` adds tl.Transformer with forward and loss compiled (fullgraph=True).
+   ``--compile`` adds tl.Transformer with forward and loss compiled (fullgraph=True); if
+   compiling fails, the error is named, the other timings still run, and the exit code is 1.
 
 ``--deterministic off|on|both``: PyTorch's deterministic algorithms (and, on CUDA,
 deterministic cuBLAS, ``CUBLAS_WORKSPACE_CONFIG``) off, on, or both: the script then runs
@@ -182,11 +183,18 @@ def bench_train_step(device, repeats, batch, length, amp, compile_step=False, vo
     if compile_step:
         compiled = step(ours, "ours", torch.compile(forward_and_loss, fullgraph=True))
         start = time.perf_counter()
-        compiled()  # compiles forward and backward
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        result["compile_s"] = time.perf_counter() - start
-        fns["compiled"] = compiled
+        try:
+            compiled()  # compiles forward and backward
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as error:  # named; the eager contenders are still timed
+            first_line = (str(error).strip().splitlines() or [""])[0][:300]
+            result["failed"] = f"compiled: {type(error).__name__}: {first_line}"
+            print(f"FAILED: {result['failed']}", flush=True)
+            compile_step = False
+        else:
+            result["compile_s"] = time.perf_counter() - start
+            fns["compiled"] = compiled
     t = median_times(fns, repeats, device)
     result.update(nn_ms=1e3 * t["nn"], ours_ms=1e3 * t["ours"], ratio=t["ours"] / t["nn"])
     print(f"nn.Transformer {1e3 * t['nn']:.1f} ms, tl.Transformer {1e3 * t['ours']:.1f} ms, "
@@ -280,6 +288,11 @@ def main(argv=None) -> int:
     if args.json is not None:
         path = args.json or RESULTS / f"attention_{device.type}.json"
         print(f"wrote {write_json(path, results)}")
+    failed = [part.get("failed") for part in (results.get("train_step", {}),
+              results.get("deterministic", {}).get("results", {}).get("train_step", {}))]
+    if any(failed):
+        print("FAILED: " + "; ".join(f for f in failed if f))
+        return 1
     return 0
 
 

@@ -1,6 +1,7 @@
-"""benchmarks/decoding.py on the CPU, tiny: every contender gives the cached loop's tokens,
-and a contender that fails (as a CUDA graph could on a GPU this was not written on) is
-named, left out, and turns the exit code to 1 while the others are still timed."""
+"""benchmarks/decoding.py and attention.py on the CPU, tiny: every decoding contender gives
+the cached loop's tokens, and a contender that fails (as a CUDA graph or a compiled step
+could on a GPU this was not written on) is named, left out, and turns the exit code to 1
+while the others are still timed."""
 from __future__ import annotations
 
 import importlib.util
@@ -20,15 +21,26 @@ TINY = ["--model", "small", "--batch", "4", "--src-len", "6", "--new-tokens", "3
         "--repeats", "1", "--threads", "1", "--deterministic", "on"]
 
 
-@pytest.fixture
-def decoding(monkeypatch):
+def _load(name, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("decoding_bench",
-                                                  ROOT / "benchmarks" / "decoding.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_bench",
+                                                  ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def decoding(monkeypatch):
     before = torch.get_num_threads()
-    yield module
+    yield _load("decoding", monkeypatch)
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def attention(monkeypatch):
+    before = torch.get_num_threads()
+    yield _load("attention", monkeypatch)
     torch.set_num_threads(before)
 
 
@@ -91,3 +103,22 @@ def test_a_deterministic_rerun_that_reports_failures_is_still_read(tmp_path):
                            text=True, timeout=60)
     assert crash.returncode != 0
     assert "the deterministic run failed (exit 2)" in crash.stderr
+
+
+def test_a_training_step_that_fails_to_compile_is_named(attention, capsys, monkeypatch,
+                                                        tmp_path):
+    def compile_that_fails(fn, **options):
+        def call(*args, **kwargs):
+            raise RuntimeError("triton: no kernel for this device\ndetails")
+        return call
+    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    argv = ["--skip", "attention", "--quick", "--step-batch", "2", "--step-length", "4",
+            "--threads", "1", "--deterministic", "on", "--compile",
+            "--json", str(tmp_path / "out.json")]
+    assert attention.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: compiled: RuntimeError: triton: no kernel for this device" in out
+    assert "Target (cpu): base-model training step <= 1.00x nn.Transformer" in out
+    step = json.loads((tmp_path / "out.json").read_text())["train_step"]
+    assert step["failed"] == "compiled: RuntimeError: triton: no kernel for this device"
+    assert "compiled_ms" not in step and step["ours_ms"] > 0
