@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import random
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -31,17 +34,32 @@ def _load(name, monkeypatch):
 
 
 @pytest.fixture
-def decoding(monkeypatch):
-    before = torch.get_num_threads()
-    yield _load("decoding", monkeypatch)
-    torch.set_num_threads(before)
+def restored(monkeypatch):
+    """The scripts set threads, seeds, deterministic algorithms and (deterministic on
+    CUDA) CUBLAS_WORKSPACE_CONFIG for the whole process: put them back for later tests."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""))
+    if not os.environ["CUBLAS_WORKSPACE_CONFIG"]:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    threads = torch.get_num_threads()
+    deterministic = (torch.are_deterministic_algorithms_enabled(),
+                     torch.is_deterministic_algorithms_warn_only_enabled())
+    rng = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+    random.setstate(rng[0])
+    np.random.set_state(rng[1])
+    torch.set_rng_state(rng[2])
 
 
 @pytest.fixture
-def attention(monkeypatch):
-    before = torch.get_num_threads()
-    yield _load("attention", monkeypatch)
-    torch.set_num_threads(before)
+def decoding(monkeypatch, restored):
+    return _load("decoding", monkeypatch)
+
+
+@pytest.fixture
+def attention(monkeypatch, restored):
+    return _load("attention", monkeypatch)
 
 
 def test_every_contender_gives_the_cached_tokens(decoding, capsys, tmp_path):
