@@ -18,6 +18,7 @@ from transformer_lib.data import BucketBatcher, NumberWordsData
 from transformer_lib.examples import number_words as nw
 from transformer_lib.stopping import StopFlag
 from transformer_lib.translate import trainer
+from transformer_lib.translate.trainer import ResumeMismatch, check_resumable
 
 from conftest import kill_tree
 
@@ -261,15 +262,42 @@ CLI = ["--lang", "de", "--steps", "60", "--train-size", "96", "--test-size", "20
 
 
 def test_cli_stop_after_then_resume_is_the_uninterrupted_run(tmp_path, capsys):
+    _stop_resume_equals_whole(CLI, tmp_path, capsys)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_run_resumes_bit_for_bit_with_deterministic(tmp_path, capsys):
+    """The resume contract on CUDA: bit for bit with --deterministic (deterministic
+    algorithms and cuBLAS); the flag is a setting the resumed command must repeat."""
+    cuda = [*CLI[:-1], "cuda", "--deterministic"]
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        _stop_resume_equals_whole(cuda, tmp_path, capsys)
+    finally:
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def test_the_deterministic_setting_is_recorded_and_old_checkpoints_are_not_refused():
+    saved = {"training": {"run": {"seed": 0, "threads": 1, "deterministic": False}}}
+    with pytest.raises(ResumeMismatch, match="deterministic: saved False, now True"):
+        check_resumable(saved, {"seed": 0, "threads": 1, "deterministic": True})
+    check_resumable(saved, {"seed": 0, "threads": 1, "deterministic": False})
+    older = {"training": {"run": {"seed": 0}}}  # saved before threads and deterministic
+    check_resumable(older, {"seed": 0, "threads": 1, "deterministic": True})
+    with pytest.raises(ResumeMismatch, match="seed: saved 0, now 1"):
+        check_resumable(older, {"seed": 1, "threads": 1, "deterministic": True})
+
+
+def _stop_resume_equals_whole(cli, tmp_path, capsys):
     whole, sliced = tmp_path / "whole.pt", tmp_path / "sliced.pt"
-    assert nw.main([*CLI, "--out", str(whole)]) == 0
+    assert nw.main([*cli, "--out", str(whole)]) == 0
     capsys.readouterr()
-    assert nw.main([*CLI, "--out", str(sliced), "--stop-after", "25"]) == nw.EXIT_STOPPED
+    assert nw.main([*cli, "--out", str(sliced), "--stop-after", "25"]) == nw.EXIT_STOPPED
     printed = capsys.readouterr().out
     assert "stopped after step 25" in printed and f"--resume {sliced}" in printed
     assert "test exact match" not in printed  # a stopped run is not tested
     assert nw.load_resumable(sliced)["training"]["step"] == 25
-    assert nw.main([*CLI, "--out", str(sliced), "--resume", str(sliced)]) == 0
+    assert nw.main([*cli, "--out", str(sliced), "--resume", str(sliced)]) == 0
     assert "resuming" in capsys.readouterr().out
     _assert_same_weights(nw.load_checkpoint(sliced), nw.load_checkpoint(whole))
     assert sorted(os.listdir(tmp_path)) == ["sliced.pt", "whole.pt"]
@@ -316,6 +344,9 @@ def test_cli_sigterm_writes_a_resumable_checkpoint(tmp_path):
     (["--precision", "fp16"], "argument --precision: precision 'fp16' needs a CUDA"),
     (["--resume", "{other}", "--seed", "1"], "argument --resume: .*seed: saved 0, now 1"),
     (["--resume", "{other}", "--threads", "2"], "argument --resume: .*threads: saved 1, now 2"),
+    (["--resume", "{other}", "--deterministic", "false"],
+     "argument --resume: .*deterministic: saved True, now False"),
+    (["--deterministic", "maybe"], "argument --deterministic: must be true or false"),
 ])
 def test_cli_refuses_bad_resume_and_settings(tmp_path, capsys, stopped_checkpoint,
                                              extra, message):
@@ -328,11 +359,13 @@ def test_cli_refuses_bad_resume_and_settings(tmp_path, capsys, stopped_checkpoin
     names = {"missing": tmp_path / "missing.pt", "truncated": truncated, "other": other}
     extra = [e.format(**names) for e in extra]
     threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         with pytest.raises(SystemExit) as exit_info:
             nw.main([*CLI, "--out", str(tmp_path / "out.pt"), *extra])
-    finally:
-        torch.set_num_threads(threads)  # --threads 2 is set before the resume check
+    finally:  # --threads 2 and --deterministic false are set before the resume check
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
     assert exit_info.value.code == 2
     assert re.search(message, capsys.readouterr().err)
     # nothing was written: the damaged or other checkpoint is as it was

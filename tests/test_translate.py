@@ -283,3 +283,17 @@ def test_real_corpus_results_file_says_what_it_measured():
         for search in ("greedy", "beam4"):
             assert 0 <= row[search]["bleu"] <= 100 and 0 <= row[search]["chrf"] <= 100
         assert row["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+@pytest.mark.parametrize("words, expected", [
+    ([], None), (["--deterministic"], True), (["--deterministic", "true"], True),
+    (["--deterministic", "off"], False)])
+def test_deterministic_is_a_flag_with_an_optional_value_in_both_command_lines(words, expected):
+    """Unset, tl.set_seed chooses (deterministic on the CPU only); --deterministic alone
+    asks for it on CUDA too, as the resume contract needs."""
+    from transformer_lib.examples import number_words
+    from transformer_lib.translate.__main__ import _parser
+
+    args = _parser().parse_args(["train", "--corpus", "tsv", *words])
+    assert args.deterministic is expected
+    assert number_words._parser().parse_args(words).deterministic is expected

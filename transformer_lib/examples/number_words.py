@@ -61,8 +61,8 @@ from ..decoding import _eval_mode, beam_search, greedy_decode
 from ..model import Transformer
 from ..precision import PRECISIONS, check_precision, grad_scaler
 from ..stopping import StopFlag
-from ..translate.arguments import (check_device_args, check_world_args, int_at_least,
-                                  positive_float)
+from ..translate.arguments import (add_deterministic_argument, check_device_args,
+                                  check_world_args, int_at_least, positive_float)
 from ..translate.checkpoints import check_output_path, read_checkpoint, to_cpu  # noqa: F401
 from ..translate.trainer import (  # noqa: F401 (names of this module's interface)
     EXIT_STOPPED,
@@ -144,6 +144,7 @@ class TrainResult:
 
 def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_seconds: float | None = None,
                        data: NumberWordsData | None = None, train_size: int = 12_000, seed: int = 0,
+                       deterministic: bool | None = None,
                        batch_size: int = TRAIN_CONFIG["batch_size"],
                        lr_factor: float = TRAIN_CONFIG["lr_factor"], warmup: int = TRAIN_CONFIG["warmup"],
                        label_smoothing: float = TRAIN_CONFIG["label_smoothing"],
@@ -169,7 +170,9 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
       validates and tests.
     - ``accumulate=K`` micro-batches per step; ``precision`` "fp32", "bf16" or "fp16".
     - ``resume``: a checkpoint read by ``load_resumable``; training continues from it
-      (the settings must be those it was saved with), bit for bit on the CPU.
+      (the settings must be those it was saved with), bit for bit on the CPU, and on CUDA
+      with ``deterministic=True`` (``tl.set_seed``'s argument: by default deterministic
+      algorithms on the CPU only).
     - ``stop``: a ``StopFlag`` that ends training early; ``result.stopped`` says so.
 
     ``result.training`` holds what ``save_checkpoint(..., training=...)`` needs to resume.
@@ -191,7 +194,7 @@ def train_number_words(lang: str = "de", *, steps: int | None = 1000, max_second
         data = NumberWordsData(lang, train_size=train_size, seed=seed)
     elif data.lang != lang:
         raise ValueError(f"data is for lang={data.lang!r}, but lang={lang!r} was asked for")
-    set_seed(seed)
+    set_seed(seed, deterministic=deterministic)
     model = build_model(data, **(model_config or {})).to(device)
     run = dict(lang=lang, steps=steps, max_seconds=max_seconds, seed=seed,
                batch_size=batch_size, lr_factor=lr_factor, warmup=warmup,
@@ -495,6 +498,7 @@ def _parser() -> argparse.ArgumentParser:
                         default=TRAIN_CONFIG["lr_factor"])
     parser.add_argument("--warmup", type=positive, default=TRAIN_CONFIG["warmup"])
     parser.add_argument("--seed", type=non_negative, default=0)
+    add_deterministic_argument(parser)
     parser.add_argument("--beam", type=positive, default=4,
                         help="beam size for the beam-search score")
     parser.add_argument("--threads", type=positive, default=1,
@@ -509,7 +513,8 @@ def _parser() -> argparse.ArgumentParser:
                              "the step is the same as with one big batch")
     parser.add_argument("--resume", default=None, metavar="PATH",
                         help="continue the run saved in this checkpoint (give the same "
-                             "settings it was started with, --threads included)")
+                             "settings it was started with, --threads and "
+                             "--deterministic included)")
     parser.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
                         help="stop as if signalled once this many steps of the run are "
                              "done (to train in slices); resume with --resume")
@@ -556,7 +561,7 @@ def _main(parser: argparse.ArgumentParser, args, world: distributed.World,
     try:
         result = train_number_words(
             args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
-            batch_size=args.batch_size, lr_factor=args.lr_factor, warmup=args.warmup,
+            deterministic=args.deterministic, batch_size=args.batch_size, lr_factor=args.lr_factor, warmup=args.warmup,
             device=args.device, accumulate=args.accumulate, precision=args.precision,
             world=world, resume=resume, stop=stop, evaluate_test=False,
             progress=world.is_main)

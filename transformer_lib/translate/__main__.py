@@ -23,7 +23,14 @@ import torch
 from .. import distributed
 from ..precision import PRECISIONS
 from ..stopping import StopFlag
-from .arguments import check_device_args, check_world_args, int_at_least, positive_float
+from .arguments import (
+    add_deterministic_argument,
+    boolean as _bool,
+    check_device_args,
+    check_world_args,
+    int_at_least,
+    positive_float,
+)
 from .checkpoints import (
     average_checkpoints,
     check_output_path,
@@ -50,14 +57,6 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
     return value
-
-
-def _bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,8 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--snapshot-every", type=positive, default=200, metavar="STEPS",
                        help="steps between snapshots for --average")
     train.add_argument("--seed", type=non_negative, default=0)
-    train.add_argument("--deterministic", type=_bool, default=None,
-                       help="deterministic algorithms (default: on the CPU yes, on CUDA no)")
+    add_deterministic_argument(train)
     train.add_argument("--threads", type=positive, default=None,
                        help="torch CPU threads per process (default: torch's)")
     train.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
@@ -125,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="micro-batches per optimizer step (gradient accumulation)")
     train.add_argument("--resume", default=None, metavar="PATH",
                        help="continue the run saved in this checkpoint (same settings, "
-                            "--threads included)")
+                            "--threads and --deterministic included)")
     train.add_argument("--stop-after", type=non_negative, default=None, metavar="STEPS",
                        help="stop as if signalled once this many steps are done")
     train.add_argument("--beam", type=positive, default=1,

@@ -34,6 +34,26 @@ def positive_float(text: str) -> float:
     return value
 
 
+def boolean(text: str) -> bool:
+    """An argparse type: true/false (also yes/no, on/off, 1/0)."""
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+
+
+def add_deterministic_argument(parser: argparse.ArgumentParser) -> None:
+    """``--deterministic`` (or ``--deterministic false``): ``tl.set_seed``'s choice, the same
+    in every command line. Unset, deterministic on the CPU (free there), not on CUDA."""
+    parser.add_argument("--deterministic", type=boolean, nargs="?", const=True, default=None,
+                        metavar="true|false",
+                        help="PyTorch's deterministic algorithms (and on CUDA deterministic "
+                             "cuBLAS): needed for a CUDA run that resumes bit for bit, and "
+                             "dearer there (default: yes on the CPU, where they cost "
+                             "nothing; no on CUDA)")
+
+
 def check_device_args(parser: argparse.ArgumentParser, args) -> None:
     """``--device`` names a device that is there, and ``--precision`` suits it (exit status
     2 with the option's name otherwise, before any work)."""

@@ -94,6 +94,10 @@ def check_batch_size(batch_size: int, processes: int, accumulate: int) -> None:
             f"{processes * accumulate}")
 
 
+# Settings that entered a run's record later: a checkpoint saved without one is not refused.
+_LATER_SETTINGS = ("threads", "deterministic")
+
+
 class ResumeMismatch(ValueError):
     """A checkpoint cannot be resumed with these settings (``check_resumable``)."""
 
@@ -103,10 +107,9 @@ def check_resumable(checkpoint: dict, run: dict) -> None:
     checkpoint) was saved by a run with the settings ``run``: a run continues only with the
     settings it started with."""
     saved = checkpoint["training"].get("run", {})
-    # "threads" entered the settings later: a checkpoint saved without it is not refused
     different = [f"{key}: saved {saved.get(key)!r}, now {value!r}"
                  for key, value in run.items() if saved.get(key) != value
-                 and not (key == "threads" and key not in saved)]
+                 and not (key in _LATER_SETTINGS and key not in saved)]
     if different:
         raise ResumeMismatch("the checkpoint was saved by a run with other settings, so "
                              "it cannot be continued with these: " + "; ".join(different))
@@ -158,8 +161,10 @@ def fit(model, batcher, run: dict, *, steps: int | None, max_seconds: float | No
         torch.manual_seed(int(np.random.SeedSequence([seed, world.rank]).generate_state(1)[0]))
     # The CPU thread count is a setting too: some CPU kernels (the fused LayerNorm's
     # backward among them) add in an order that depends on it, so a resumed run is bit
-    # for bit the uninterrupted one only with as many threads as before.
-    run = {**run, "threads": torch.get_num_threads()}
+    # for bit the uninterrupted one only with as many threads as before. So is the choice
+    # of deterministic algorithms (tl.set_seed), without which a CUDA run is not.
+    run = {**run, "threads": torch.get_num_threads(),
+           "deterministic": torch.are_deterministic_algorithms_enabled()}
     start_step, past = 0, {}
     if resume is not None:
         check_resumable(resume, run)
