@@ -270,3 +270,30 @@ def test_cuda_graph_gives_the_readable_loops_tokens(compile):
             p.mul_(1.5)
     assert torch.equal(decoder.greedy(src, MAX_LEN, BOS, eos),
                        tl.greedy_decode(model, src, MAX_LEN, BOS, eos))
+
+
+@pytest.mark.parametrize("kind", ["greedy", "beam"])
+@pytest.mark.parametrize("max_len", [1, 2, 5])
+def test_the_warm_up_before_recording_fits_short_outputs_and_is_undone(kind, max_len):
+    """Before a CUDA graph is recorded the step runs a few times (lazy initialisations):
+    never more often than ``max_len``, the room its buffers have (a step past it would
+    write out of bounds: a device-side assert on a GPU), and every buffer it wrote is
+    put back. Shown on the CPU with the method the graph path calls."""
+    model, src, eos = _case(0)
+    decoder = FastDecoder(model)
+    if kind == "greedy":
+        decoder.greedy(src, max_len, BOS, eos)
+    else:
+        decoder.beam(src, 2, max_len, BOS, eos)
+    (session,) = decoder.sessions.values()
+    session.reset(BOS)  # where a call starts (position 0), as _run finds it
+    if kind == "beam":
+        session.scores.zero_()
+        session.scores[:, 1:] = float("-inf")
+    step = _greedy_step if kind == "greedy" else _beam_step
+    tensors = [t for t in vars(session).values() if isinstance(t, torch.Tensor)]
+    tensors += list(session.cache.buffers())
+    before = [t.clone() for t in tensors]
+    with torch.no_grad():
+        decoder._warm_up(session, lambda: step(model, session, eos))
+    assert all(torch.equal(t, b) for t, b in zip(tensors, before))

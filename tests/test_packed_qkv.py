@@ -1,6 +1,8 @@
-"""Self-attention on the fast path projects Q, K and V with one GEMM (the three weights
-stacked): the same outputs and gradients as three separate projections, in float64 and
-float32; the parameters, their initialisation and the state_dict are unchanged."""
+"""Self-attention on the fast path, training on a GPU, projects Q, K and V with one GEMM
+(the three weights stacked): the same outputs and gradients as three separate projections,
+in float64 and float32; the parameters, their initialisation and the state_dict are
+unchanged; without gradients (decoding) the three products follow every kind of weight
+update."""
 from __future__ import annotations
 
 import pytest
@@ -73,9 +75,23 @@ def test_cross_attention_and_the_explicit_path_keep_three_projections():
     torch.testing.assert_close(out, three_projections(mha, x, x, x))
     assert calls == [] and weights.shape == (2, 4, 4, 4)
     mha(x, x, x)  # training on the CPU: three products (the stored CPU results' gradients)
+    with torch.no_grad():
+        mha(x, x, x)  # no gradients (decoding): three products
     assert calls == []
+
+
+def test_training_off_the_cpu_packs_and_decoding_does_not():
+    """Which path a device takes, shown on the meta device (shapes only, not the CPU)."""
+    mha = tl.MultiHeadAttention(16, 4).to("meta")
+    calls = []
+    mha.packed_qkv = lambda h: calls.append(h) or tl.MultiHeadAttention.packed_qkv(mha, h)
+    x = torch.empty(2, 4, 16, device="meta", requires_grad=True)
+    out, _ = mha(x, x, x)
+    assert out.shape == (2, 4, 16) and len(calls) == 1
     with torch.no_grad():
         mha(x, x, x)
+    memory = torch.empty(2, 6, 16, device="meta")
+    mha(x, memory, memory)  # cross-attention: three products
     assert len(calls) == 1
 
 
@@ -110,27 +126,38 @@ def test_parameters_initialisation_and_state_dict_are_unchanged():
     for proj, linear in zip((mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj), reference):
         assert torch.equal(proj.weight, linear.weight)
     x = torch.randn(1, 3, 8)
-    with torch.no_grad():
-        mha(x, x, x)  # decoding keeps a stacked copy of the weights ...
-    assert list(mha.state_dict()) == keys  # ... not saved with the parameters
+    packed = mha.packed_qkv(x)  # the stack is made for the call ...
+    assert list(mha.state_dict()) == keys and len(packed) == 3  # ... and kept nowhere
 
 
-def test_the_stacked_copy_follows_weight_updates():
-    """Without gradients the stacked weights are kept between calls: an in-place update
-    (an optimizer step, load_state_dict) or a new dtype must not leave them stale."""
+@pytest.mark.parametrize("update", ["fused Adam", "foreach Adam", ".data", "in place",
+                                    "load_state_dict", "double"])
+def test_attention_without_gradients_follows_every_kind_of_weight_update(update):
+    """Decoding after training: whatever changed the weights, and however (a fused
+    optimizer and ``.data`` leave the version counter alone), the next call uses them."""
     mha = _mha(torch.float32)
     x = torch.randn(2, 3, 16)
     with torch.no_grad():
         before, _ = mha(x, x, x)
-        mha.k_proj.weight.mul_(2)  # in place
-        after, _ = mha(x, x, x)
-        torch.testing.assert_close(after, three_projections(mha, x, x, x))
-        assert not torch.allclose(before, after)
+    if update.endswith("Adam"):
+        options = {"fused": True} if update == "fused Adam" else {"foreach": True}
+        optimizer = torch.optim.Adam(mha.parameters(), lr=0.1, **options)
+        mha(x, x, x)[0].square().sum().backward()
+        optimizer.step()
+    elif update == ".data":
+        mha.k_proj.weight.data.mul_(2)
+    elif update == "in place":
+        with torch.no_grad():
+            mha.k_proj.weight.mul_(2)
+    elif update == "load_state_dict":
         mha.load_state_dict({k: v * 0.5 for k, v in mha.state_dict().items()})
-        torch.testing.assert_close(mha(x, x, x)[0], three_projections(mha, x, x, x))
+    else:
         mha.double()
-        x64 = x.double()
-        torch.testing.assert_close(mha(x64, x64, x64)[0], three_projections(mha, x64, x64, x64))
+        x = x.double()
+    with torch.no_grad():
+        after, _ = mha(x, x, x)
+        torch.testing.assert_close(after, three_projections(mha, x, x, x), atol=0, rtol=0)
+    assert not torch.allclose(before.to(after.dtype), after) or update == "double"
 
 
 def test_encoder_and_cached_decoder_self_attention_agree_with_recomputation():

@@ -149,9 +149,10 @@ class FastDecoder:
 
     The buffers and graphs of a call are kept for the next call of the same shape (batch,
     source length, ``max_len``, beam size): decode many batches of one shape with one
-    ``FastDecoder``. If the model's weights have changed since a step was recorded (an
-    optimizer step, ``load_state_dict``, ``.to()``), the next call records it again: a
-    graph holds the addresses of what it read, the stacked Q/K/V weights included.
+    ``FastDecoder``. A graph holds the addresses of what it reads, and reads the weights
+    where they lie, so it sees any update made in place; if the weights have moved
+    (``.to()``) or changed in a way their version counter shows (an optimizer step,
+    ``load_state_dict``), the next call records the step again.
     """
 
     def __init__(self, model, cuda_graph: bool | None = None, compile: bool | str = False,
@@ -257,20 +258,25 @@ class FastDecoder:
         if s.graph is not None and s.weights != weights:
             s.graph = None  # recorded with other weights: record again
         if s.graph is None:
-            s.weights = weights
-            state = [t.clone() for t in self._state(s)]
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):  # warm up (lazy initialisations) off the graph
-                for _ in range(3):
-                    step()
+                self._warm_up(s, step)
             torch.cuda.current_stream(self.device).wait_stream(side)
-            s.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(s.graph):  # records the kernels, runs none of them
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):  # records the kernels, runs none of them
                 step()
-            for buffer, saved in zip(self._state(s), state):  # undo the warm-up steps
-                buffer.copy_(saved)
+            s.graph, s.weights = graph, weights  # only a graph recorded to the end
         return s.graph.replay
+
+    def _warm_up(self, s: _Session, step, steps: int = 3) -> None:
+        """Run ``step`` a few times (at most ``max_len``: the buffers have no room for
+        more), then put back every buffer those steps wrote."""
+        state = [t.clone() for t in self._state(s)]
+        for _ in range(min(steps, s.max_len)):
+            step()
+        for buffer, saved in zip(self._state(s), state):
+            buffer.copy_(saved)
 
     @staticmethod
     def _state(s: _Session) -> list[torch.Tensor]:

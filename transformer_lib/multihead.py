@@ -43,15 +43,22 @@ class MultiHeadAttention(nn.Module):
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)``. See
     benchmarks/attention_precision.py.
 
-    Self-attention (``query is key is value``) on the fast path projects Q, K and V with
-    one matrix product: the three weights stacked into one (3 d_model, d_model) matrix,
-    as ``nn.MultiheadAttention``'s ``in_proj_weight``. The parameters stay the three
-    Linears (same initialisation, same ``state_dict``); ``packed_qkv`` shows the stacking.
-    The explicit path keeps three products, for teaching; the two agree to float rounding.
-    One exception: training on the CPU keeps three products too. There the forward values
-    are the same bit for bit, but the gradient of ``x`` sums the three products in another
-    order, so a CPU training run would end a few bits away from the book's stored results;
-    on the CPU the packed product buys little (a few per cent), on a GPU it saves launches.
+    Self-attention (``query is key is value``) on the fast path, training on a GPU,
+    projects Q, K and V with one matrix product: the three weights stacked into one
+    (3 d_model, d_model) matrix, as ``nn.MultiheadAttention``'s ``in_proj_weight``, which
+    saves kernel launches. The parameters stay the three Linears (same initialisation,
+    same ``state_dict``); ``packed_qkv`` shows the stacking, done at every call from the
+    current weights (its gradient flows back to each Linear). Everywhere else three
+    products, which agree to float rounding:
+    - the explicit path, for teaching;
+    - training on the CPU: there the forward values are the same bit for bit, but the
+      gradient of ``x`` sums the three products in another order, so a CPU training run
+      would end a few bits away from the book's stored results;
+    - without gradients (decoding): a stack made at every call would copy 3 d_model^2
+      numbers for nothing, and one kept between calls could fall out of date without
+      notice (a fused optimizer, ``Adam(fused=True)``, or an edit through ``.data``
+      changes the weights without their version counter); three products measured as
+      fast on the CPU.
 
     ``cache`` (optional dict) serves incremental decoding. For self-attention, pass
     ``{}`` at the first step and the same dict afterwards: each call appends the new
@@ -103,38 +110,21 @@ class MultiHeadAttention(nn.Module):
         The same numbers as ``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` (to float rounding),
         one GEMM instead of three: x is read once and the product is three times wider."""
         batch, length, _ = x.shape
-        weight, bias = self._packed_weight_bias()  # (3 d, d), (3 d,) or None
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projs], dim=0)  # [Wq; Wk; Wv] (3 d, d)
+        bias = (torch.cat([p.bias for p in projs], dim=0)  # [bq; bk; bv] (3 d,)
+                if self.q_proj.bias is not None else None)
         qkv = F.linear(x, weight, bias)  # (B, L, 3 d)
         qkv = qkv.view(batch, length, 3, self.num_heads, self.d_k)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, L, d_k)
         return q, k, v
 
-    def _packed_weight_bias(self):
-        """[Wq; Wk; Wv] and [bq; bk; bv]. Stacking copies 3 d^2 numbers: while gradients
-        flow (training) it is done each call, so that each Linear gets its own gradient;
-        without gradients (decoding) the stacked copy is kept until a weight changes
-        (in place, as an optimizer step does, or replaced, as ``.to()`` does)."""
-        projs = (self.q_proj, self.k_proj, self.v_proj)
-        tensors = [p.weight for p in projs] + ([p.bias for p in projs]
-                                               if self.q_proj.bias is not None else [])
-        if torch.is_grad_enabled() or _is_compiling():
-            return _stack(tensors)
-        versions = tuple(t._version for t in tensors)
-        packed = self.__dict__.get("_packed")  # (weights it was made of, versions, w, b)
-        if packed is None or packed[1] != versions or not all(
-                _same_tensor(t, old) for t, old in zip(tensors, packed[0])):
-            # The old weights are held (detached) so that their memory is not reused by
-            # another tensor that would then look the same.
-            packed = ([t.detach() for t in tensors], versions, *_stack(tensors))
-            self.__dict__["_packed"] = packed  # a plain attribute: not in state_dict
-        return packed[2], packed[3]
-
     def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
         self._check_inputs(query, key, value, need_weights, cache)
         static = isinstance(cache, dict) and cache.get("static")
         if (not need_weights and query is key and key is value and not static
-                and (query.device.type != "cpu" or not torch.is_grad_enabled())):
-            q, k, v = self.packed_qkv(query)  # self-attention: one GEMM for Q, K, V
+                and query.device.type != "cpu" and torch.is_grad_enabled()):
+            q, k, v = self.packed_qkv(query)  # self-attention, training: one GEMM for Q, K, V
             k, v = self._cached_keys_values(k, v, cache)  # (B, H, Lk, d_k) each
         else:
             q = self.split_heads(self.q_proj(query))  # (B, H, Lq, d_k)
@@ -213,17 +203,6 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, num_heads={self.num_heads}, d_k={self.d_k}, dropout={self.dropout}"
-
-
-def _stack(tensors):
-    """[Wq; Wk; Wv] (3 d, d) and, with biases, [bq; bk; bv] (3 d,) (else None)."""
-    weight = torch.cat(tensors[:3], dim=0)
-    bias = torch.cat(tensors[3:], dim=0) if len(tensors) > 3 else None
-    return weight, bias
-
-
-# torch.compiler.is_compiling is torch >= 2.3's; the package accepts torch 2.2.
-_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:

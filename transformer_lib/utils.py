@@ -19,8 +19,9 @@ def set_seed(seed: int = 0, deterministic: bool | None = None) -> None:
       with a CUDA device PyTorch may pick its fastest kernels (deterministic cuBLAS makes every
       matrix product several times dearer on the host).
     - ``True``: deterministic everywhere (``torch.use_deterministic_algorithms(True,
-      warn_only=True)``, and ``CUBLAS_WORKSPACE_CONFIG`` set for cuBLAS if it is not set yet).
-      Bit-exact runs on a GPU need this.
+      warn_only=True)``, and ``CUBLAS_WORKSPACE_CONFIG`` set for cuBLAS if it is not set yet;
+      PyTorch reads that variable once, so call this before the process's first CUDA matrix
+      product, or set it in the environment). Bit-exact runs on a GPU need this.
     - ``False``: PyTorch's defaults.
     """
     check_int("seed", seed, 0, 2**32 - 1)  # NumPy's range
