@@ -563,8 +563,8 @@ def _main(parser: argparse.ArgumentParser, args, world: distributed.World,
             args.lang, steps=steps, max_seconds=seconds, data=data, seed=args.seed,
             deterministic=args.deterministic, batch_size=args.batch_size,
             lr_factor=args.lr_factor, warmup=args.warmup, device=args.device,
-            accumulate=args.accumulate, precision=args.precision, world=world, resume=resume, stop=stop, evaluate_test=False,
-            progress=world.is_main)
+            accumulate=args.accumulate, precision=args.precision, world=world,
+            resume=resume, stop=stop, evaluate_test=False, progress=world.is_main)
     except ResumeMismatch as error:
         parser.error(f"argument --resume: {error}")
     code = _finish(args, world, result, data, stop) if world.is_main else 0
