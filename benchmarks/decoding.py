@@ -34,8 +34,8 @@ greedy <= 0.8x generate's time (with --compile the fastest cached path is printe
 Measured on the CPU (a 2-core VM, 1 thread, B 32, 64 tokens; several runs, noisy):
 the readable loop small 0.66-0.83x, small6 0.93-1.01x, base 0.96-1.14x; compiled
 (--compile) small 0.49x, small6 0.63-0.65x, base 0.98x. At 6 layers both loops run the
-same operations per layer (a profile shows the same aten calls, ours with two GEMMs fewer:
-one for Q, K and V); removing every input check and eval-mode dropout call gains 8%. At the
+same operations per layer (a profile shows the same aten calls; now three projections for Q,
+K and V in both); removing every input check and eval-mode dropout call gains 8%. At the
 base width both stream the same ~150 MB of weights per token through the same GEMMs
 (77-85% of either's time): no loop is faster there without other arithmetic.
 """
