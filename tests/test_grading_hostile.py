@@ -9,7 +9,9 @@ in sandboxes, through the command line, beside an honest classmate.
   (attack 11): one row each, distinct, escaped, flagged.
 
 - a forged output holding a 16384 x 16384 stride-0 tensor (attack 6): refused before any
-  arithmetic; the bounds themselves are tested in ``test_grading_judging.py``.
+  arithmetic; the bounds themselves are tested in ``test_grading_judging.py``;
+- kernels that die in the middle of an output flood (their own exit, or the output cap's
+  kill), while the grader reads their messages: ZeroMQ must not abort the grader.
 """
 
 from __future__ import annotations
@@ -171,3 +173,34 @@ def test_formula_names_stay_distinct_and_honest_work_keeps_its_score(hostile):
     assert _row(hostile, "'=1+1")["attention"] == "0.000"  # =1+1: the blank one
     assert _row(hostile, "''=1+1")["attention"] == "1.000"  # '=1+1: the honest one
     assert _row(hostile, "bob\\u202e000.0")["attention"] == "0.000"
+
+
+# Megabytes of output, then the kernel ends itself while the grader is still reading.
+FLOOD_THEN_EXIT = """
+import os, sys
+for _ in range(30):
+    sys.stdout.write("y" * 2_000_000)
+    sys.stdout.flush()
+    print("z" * 500_000, flush=True)
+os._exit(0)
+"""
+
+
+def test_kernels_dying_mid_flood_never_abort_the_grader(tmp_path):
+    """With ZeroMQ's "never reconnect" (RECONNECT_IVL -1) such a batch of 12 aborted the
+    grader process (libzmq's fq.cpp assertion, exit -6) in 2 of 3 runs; it must finish
+    with a row for every notebook."""
+    need_sandbox()
+    subs, out = tmp_path / "subs", tmp_path / "grades.csv"
+    subs.mkdir()
+    for i in range(6):
+        nbformat.write(student(NESTED_FLOOD), subs / f"flood{i}.ipynb")
+        nbformat.write(student(FLOOD_THEN_EXIT), subs / f"exit{i}.ipynb")
+    done, _ = run_cli(grade_args(subs, out, "--timeout", TIMEOUT, "--jobs", "2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert sorted(rows) == sorted([f"flood{i}" for i in range(6)] + [f"exit{i}" for i in range(6)])
+    for row in rows.values():
+        assert row["total"] == "0.000"
+        assert row["status"].startswith(("stopped: its output passed", "crashed: the kernel died"))

@@ -16,7 +16,8 @@ as in nbgrader; two things are added for a kernel that may be hostile:
   than ``Limits.total_memory_mb``;
 - **no path of the kernel's followed**: the private folder is the kernel's to change, so
   the grader connects to the kernel's sockets only once they exist as sockets (before
-  any of the notebook's code has run) and never reconnects, and starts no heartbeat;
+  any of the notebook's code has run) and does not reconnect (see ``_context``), and
+  starts no heartbeat;
 - **nothing of the verdict**: the kernel runs the notebook's cells for the student's
   feedback (errors, the status) and nothing else; the test cases run in a fresh
   interpreter of their own (``fresh``), and nothing the kernel sends or writes is read
@@ -47,6 +48,7 @@ from nbclient.util import ensure_async
 from . import disk, memory
 
 MAX_MESSAGE_BYTES = 16 * 2**20
+RECONNECT_IVL_MS = 2**31 - 1  # a reconnection later than any grading (see _context)
 WATCH_PERIOD = 0.25  # seconds between two looks at a kernel's disk and memory
 _KEPT_ERROR_CHARS = 4000
 
@@ -87,13 +89,20 @@ def _context() -> zmq.asyncio.Context:
     """The ZeroMQ context of every graded kernel's sockets (one per process: making and
     destroying one per kernel costs up to a second each time). Its sockets drop a
     message larger than ``MAX_MESSAGE_BYTES`` before reading it, queue few messages,
-    and never reconnect: a socket path the kernel replaced (by a link elsewhere) is not
-    followed."""
+    and do not reconnect while a notebook is graded: a socket path the kernel replaced
+    (by a link elsewhere) is not followed.
+
+    "Do not reconnect" is a retry after ``RECONNECT_IVL_MS`` (24.8 days, ZeroMQ's
+    largest), not ZeroMQ's "never" (-1). With "never", a kernel that dies while the
+    grader reads one of its messages makes ZeroMQ cut that message's frames short, and
+    libzmq aborts the whole grader (``Assertion failed: !_more (src/fq.cpp)``): a
+    notebook that floods its output and exits did so in 2 of 3 batches. With a retry
+    pending, the frames already received stay readable to the end."""
     if not _CONTEXT:
         context = zmq.asyncio.Context()
         context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         context.setsockopt(zmq.RCVHWM, 64)
-        context.setsockopt(zmq.RECONNECT_IVL, -1)
+        context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
         _CONTEXT.append(context)
     return _CONTEXT[0]
 
