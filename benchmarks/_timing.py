@@ -126,6 +126,12 @@ def run_deterministic(argv: list[str] | None) -> dict:
         return json.loads(path.read_text())
 
 
+def failure(error: BaseException) -> str:
+    """A contender's exception in one line: its type and the first line of its message."""
+    first_line = (str(error).strip().splitlines() or [""])[0][:300]
+    return f"{type(error).__name__}: {first_line}"
+
+
 def print_cost(rows: list[tuple[str, float, float]]) -> list[dict]:
     """rows of (what, ms fast, ms deterministic): print the cost of determinism."""
     print("\nThe cost of determinism (same machine, one after the other):")

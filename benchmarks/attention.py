@@ -42,6 +42,7 @@ from _timing import (
     add_common_arguments,
     add_determinism_argument,
     deterministic_mode,
+    failure,
     median_times,
     print_cost,
     run_deterministic,
@@ -188,8 +189,7 @@ def bench_train_step(device, repeats, batch, length, amp, compile_step=False, vo
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except Exception as error:  # named; the eager contenders are still timed
-            first_line = (str(error).strip().splitlines() or [""])[0][:300]
-            result["failed"] = f"compiled: {type(error).__name__}: {first_line}"
+            result["failed"] = f"compiled: {failure(error)}"
             print(f"FAILED: {result['failed']}", flush=True)
             compile_step = False
         else:

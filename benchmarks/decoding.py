@@ -53,6 +53,7 @@ from _timing import (
     add_common_arguments,
     add_determinism_argument,
     deterministic_mode,
+    failure,
     median_times,
     print_cost,
     run_deterministic,
@@ -232,8 +233,7 @@ def first_runs(fns: dict, failed: dict, prefix: str = "") -> dict:
         try:
             outputs[name] = fn()
         except Exception as error:  # reported, and the script's exit code says so
-            first_line = (str(error).strip().splitlines() or [""])[0][:300]
-            failed[prefix + name] = f"{type(error).__name__}: {first_line}"
+            failed[prefix + name] = failure(error)
             print(f"FAILED: {prefix}{name}: {failed[prefix + name]}", flush=True)
             del fns[name]
     return outputs
