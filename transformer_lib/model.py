@@ -9,6 +9,7 @@ from ._checks import (
     check_bool,
     check_on_device,
     check_positive_int,
+    check_probability,
     check_same_size,
     check_tensor,
     check_token_id,
@@ -37,13 +38,19 @@ class Transformer(nn.Module):
     "gelu_tanh", "silu"); ``scale_embedding=False`` drops the sqrt(d_model) embedding
     factor; ``output_bias=True`` gives the output layer a bias (initialised to zeros);
     ``interleaved_pe=False`` orders the positional table's columns: sines, then cosines.
+
+    ``dropout`` is the paper's P_drop: on the embeddings and on every sublayer's output, and
+    here also on the attention weights and inside the feed-forward layers, unless
+    ``attention_dropout`` or ``activation_dropout`` sets those apart (None, the default:
+    ``dropout``; ``config`` lists them only when they are given, so a model built without
+    them has the configuration it always had).
     """
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8,
                  num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
                  max_len=5000, pad_id=0, norm_first=False, share_embeddings=False,
                  activation="relu", scale_embedding=True, output_bias=False,
-                 interleaved_pe=True):
+                 interleaved_pe=True, attention_dropout=None, activation_dropout=None):
         super().__init__()
         check_positive_int("src_vocab_size", src_vocab_size)
         check_positive_int("tgt_vocab_size", tgt_vocab_size)
@@ -66,6 +73,11 @@ class Transformer(nn.Module):
             activation=activation, scale_embedding=scale_embedding,
             output_bias=output_bias, interleaved_pe=interleaved_pe,
         )
+        for name, value in (("attention_dropout", attention_dropout),
+                            ("activation_dropout", activation_dropout)):
+            if value is not None:
+                check_probability(name, value)
+                self.config[name] = value
         self.pad_id = pad_id
         scale = scale_embedding
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, pad_id, scale)
@@ -73,7 +85,8 @@ class Transformer(nn.Module):
         self.tgt_embed = (self.src_embed if share_embeddings
                           else TokenEmbedding(tgt_vocab_size, d_model, pad_id, scale))
         self.pos_enc = PositionalEncoding(d_model, max_len, dropout, interleaved_pe)
-        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation)
+        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation,
+                      attention_dropout, activation_dropout)
         self.encoder = Encoder(num_encoder_layers, *layer_args)
         self.decoder = Decoder(num_decoder_layers, *layer_args)
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)
