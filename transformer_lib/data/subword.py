@@ -16,14 +16,21 @@ weights), spaces must survive, and unseen text must not break the model. So the 
 
 Ids 0-3 are ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` (as in ``Vocab``). A character never
 seen in training becomes ``<unk>`` unless it is in ``BASE_ALPHABET`` (German and English letters,
-digits, common punctuation), which every vocabulary holds.
+digits, common punctuation), which every vocabulary holds. ``tags`` (e.g. ``<2en>``, ``<dict>``)
+are more special tokens, ids 4, 5, ...: never split, never learned from, skipped by ``decode``;
+a caller prepends their ids (``token_id``) to a source to say what kind of example it is.
+
+BPE-dropout (Provilkov et al. 2020, ``encode_batch(texts, dropout=p)``) skips each merge
+with probability ``p`` while segmenting, so one word comes out in different pieces from
+one epoch to the next: training only, never to evaluate. Its draws come from the Rust
+library's own random generator, which cannot be seeded.
 """
 from __future__ import annotations
 
 import json
 import re
 
-from .._checks import check_int
+from .._checks import check_int, check_number
 from .bpe import _tokenizers
 from .vocab import SPECIALS
 
@@ -52,17 +59,28 @@ class SubwordTokenizer:
                 raise ValueError(f"a SubwordTokenizer needs {special} at id {i}, "
                                  f"got {tokenizer.token_to_id(special)}")
         self._tokenizer = tokenizer
+        self._dropped = {}  # BPE-dropout rate -> a copy of the tokenizer that applies it
 
     @classmethod
-    def train(cls, texts, vocab_size: int = 8000, min_frequency: int = 2) -> "SubwordTokenizer":
+    def train(cls, texts, vocab_size: int = 8000, min_frequency: int = 2,
+              tags=()) -> "SubwordTokenizer":
         """Learn merges from ``texts`` (a list of str: the training sentences of both languages)
-        until the vocabulary, the 4 specials and the alphabet included, has ``vocab_size``
-        tokens (fewer if no pair occurs ``min_frequency`` times any more)."""
+        until the vocabulary, the 4 specials, the ``tags`` and the alphabet included, has
+        ``vocab_size`` tokens (fewer if no pair occurs ``min_frequency`` times any more).
+        ``tags``: more special tokens (str such as ``"<2en>"``), ids 4, 5, ... in order."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError(f"texts must be a list of strings, got {texts!r:.60}")
         if not any(t.strip() for t in texts):
             raise ValueError("texts must hold some text to learn from, got none")
-        check_int("vocab_size", vocab_size, minimum=len(SPECIALS) + 1)
+        if isinstance(tags, str) or not all(isinstance(t, str) and t.strip() == t and t
+                                            for t in tags):
+            raise TypeError(f"tags must be a list of tokens (str without spaces), "
+                            f"got {tags!r:.60}")
+        tags = list(tags)
+        if len(set(tags)) != len(tags) or set(tags) & set(SPECIALS):
+            raise ValueError(f"tags must be distinct and not one of {list(SPECIALS)}, "
+                             f"got {tags}")
+        check_int("vocab_size", vocab_size, minimum=len(SPECIALS) + len(tags) + 1)
         check_int("min_frequency", min_frequency, minimum=1)
         tk = _tokenizers()
         tokenizer = tk.Tokenizer(tk.models.BPE(unk_token="<unk>"))
@@ -78,7 +96,8 @@ class SubwordTokenizer:
         ])
         tokenizer.decoder = tk.decoders.Metaspace(replacement=SPACE, prepend_scheme="always")
         trainer = tk.trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIALS),
+            vocab_size=vocab_size, min_frequency=min_frequency,
+            special_tokens=list(SPECIALS) + tags,
             initial_alphabet=BASE_ALPHABET + [SPACE], show_progress=False)
         tokenizer.train_from_iterator(list(texts), trainer)
         return cls(tokenizer)
@@ -123,11 +142,41 @@ class SubwordTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts) -> list[list[int]]:
-        """``encode`` for many texts at once (in parallel, in Rust)."""
+    def encode_batch(self, texts, dropout: float = 0.0) -> list[list[int]]:
+        """``encode`` for many texts at once (in parallel, in Rust). ``dropout > 0``:
+        BPE-dropout, each merge skipped with that probability (for training batches only;
+        a new segmentation at every call, from an unseeded generator)."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError(f"texts must be a list of strings, got {texts!r:.60}")
-        return [e.ids for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        check_number("dropout", dropout, 0.0, 1.0, high_open=True)
+        tokenizer = self._tokenizer if dropout == 0 else self._with_dropout(dropout)
+        return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def _with_dropout(self, dropout: float):
+        # A copy, so that the tokenizer itself (saved in checkpoints, used to evaluate)
+        # never segments at random. The Rust BPE skips its cache when dropout is on.
+        if dropout not in self._dropped:
+            copy = _tokenizers().Tokenizer.from_str(self.to_json())
+            copy.model.dropout = dropout
+            self._dropped[dropout] = copy
+        return self._dropped[dropout]
+
+    @property
+    def tags(self) -> list[str]:
+        """The special tokens after the 4 of every vocabulary (``train(..., tags=...)``)."""
+        added = self._tokenizer.get_added_tokens_decoder()  # id -> AddedToken
+        return [added[i].content for i in sorted(added)
+                if added[i].special and added[i].content not in SPECIALS]
+
+    def token_id(self, token: str) -> int:
+        """The id of ``token`` (a piece or a special token such as a tag); ValueError if the
+        vocabulary lacks it."""
+        if not isinstance(token, str):
+            raise TypeError(f"token must be a str, got {type(token).__name__}")
+        found = self._tokenizer.token_to_id(token)
+        if found is None:
+            raise ValueError(f"token {token!r} is not in this vocabulary (tags: {self.tags})")
+        return found
 
     def _ids(self, ids) -> list[int]:
         if hasattr(ids, "tolist"):  # a tensor or an array

@@ -181,7 +181,7 @@ def load_translator(path, device=None):
                 raise ValueError(f"its config's {key} differs from its vocabulary")
         config.pop("pad_id", None)
         model = Translator(tokenizer, state["corpus"], state["preset"],
-                           state["max_target_len"], **config)
+                           state["max_target_len"], state.get("source_tag"), **config)
         model.load_state_dict(state["state_dict"])
     except (TypeError, ValueError, KeyError, RuntimeError) as error:
         first = " ".join(str(error).split("\n")[:2])

@@ -25,7 +25,7 @@ def translate_texts(model, texts: list[str], beam_size: int = 1, length_penalty:
     check_positive_int("batch_size", batch_size)
     tok = model.tokenizer
     limit = model.config["max_len"]
-    ids = [(tok.encode(text) + [tok.eos_id])[-limit:] for text in texts]
+    ids = [model.encode_source(text)[-limit:] for text in texts]  # (tag,) pieces, EOS
     order = sorted(range(len(texts)), key=lambda i: len(ids[i]))
     device = next(model.parameters()).device
     out = [""] * len(texts)
