@@ -58,6 +58,12 @@ class BucketBatcher:
 
     ``bucket=False`` gives plain shuffled batches (for comparison).
 
+    ``refresh(epoch) -> (src, tgt)`` (optional) gives the data anew at the start of each pass,
+    the same N examples in the same order, each written again: a new BPE-dropout
+    segmentation, a new sample of extra material (see ``translate.pipeline``). The
+    ``src``/``tgt`` given here are then only the data's reference form (its lengths are
+    not used).
+
     ``state_dict()`` says where the batcher is (the pass, how many of its batches were handed
     out, and the random state the pass was drawn from); a batcher built the same way and
     given that state with ``load_state_dict`` continues exactly there: a resumed training
@@ -65,7 +71,8 @@ class BucketBatcher:
     """
 
     def __init__(self, src: torch.Tensor, tgt: torch.Tensor, batch_size: int, pad_id: int = 0,
-                 seed: int = 0, bucket: bool = True, pool_batches: int = 32, epochs: int | None = None):
+                 seed: int = 0, bucket: bool = True, pool_batches: int = 32, epochs: int | None = None,
+                 refresh=None):
         check_token_ids("src", src, ndim=2)
         check_token_ids("tgt", tgt, ndim=2)
         check_same_size(0, "N (number of examples)", src=src, tgt=tgt)
@@ -79,14 +86,14 @@ class BucketBatcher:
         check_positive_int("pool_batches", pool_batches)
         if epochs is not None:
             check_positive_int("epochs", epochs)
-        self.src, self.tgt = src, tgt
+        if refresh is not None and not callable(refresh):
+            raise TypeError(f"refresh must be a function of the epoch, got {type(refresh).__name__}")
         self.batch_size, self.bucket = batch_size, bucket
         self.pool = batch_size * pool_batches
         self.epochs = epochs
+        self.pad_id, self.refresh = pad_id, refresh
         self.rng = np.random.default_rng(seed)
-        # Lengths (without padding), computed once on the CPU.
-        self.src_len = (src != pad_id).sum(1).cpu().numpy()
-        self.tgt_len = (tgt != pad_id).sum(1).cpu().numpy()
+        self._use(src, tgt)
         self._position = self._start_of_pass(0)  # where the last batch handed out came from
         self._resume = None  # a state to continue from, for the next __iter__
 
@@ -124,6 +131,8 @@ class BucketBatcher:
             self._resume = None
         while self.epochs is None or epoch < self.epochs:
             self._position = self._start_of_pass(epoch)
+            if self.refresh is not None:
+                self._refresh(epoch)
             batches = self.epoch_batches()
             for i in range(skip, len(batches)):
                 idx = batches[i]
@@ -134,6 +143,19 @@ class BucketBatcher:
             skip = 0
             epoch += 1
             self._position = self._start_of_pass(epoch)
+
+    def _use(self, src: torch.Tensor, tgt: torch.Tensor) -> None:
+        self.src, self.tgt = src, tgt
+        # Lengths (without padding), computed once per data on the CPU.
+        self.src_len = (src != self.pad_id).sum(1).cpu().numpy()
+        self.tgt_len = (tgt != self.pad_id).sum(1).cpu().numpy()
+
+    def _refresh(self, epoch: int) -> None:
+        src, tgt = self.refresh(epoch)
+        if src.size(0) != self.src.size(0) or tgt.size(0) != src.size(0):
+            raise ValueError(f"refresh({epoch}) gave {src.size(0)} sources and {tgt.size(0)} "
+                             f"targets, not the {self.src.size(0)} examples of every pass")
+        self._use(src.to(self.src.device), tgt.to(self.tgt.device))
 
     def _start_of_pass(self, epoch: int) -> dict:
         return {"epoch": epoch, "batch": 0, "rng": self.rng.bit_generator.state}

@@ -6,10 +6,12 @@
     python -m transformer_lib.translate evaluate ding.pt --beam 4
     python -m transformer_lib.translate average avg.pt a.pt b.pt c.pt
 
-``train`` runs under torchrun as ``number_words`` does (``torchrun --standalone
---nproc_per_node 2 -m transformer_lib.translate train ...``); SIGTERM or Ctrl-C stops it
-after the current step with a resumable checkpoint (exit status 75), and the same command
-with ``--resume OUT`` finishes the run.
+``--minutes M --clock cpu --threads N`` trains M minutes of N cores: M * 60 * N seconds of
+the process's CPU time, however busy the machine. ``train`` runs under torchrun as
+``number_words`` does (``torchrun --standalone --nproc_per_node 2 -m
+transformer_lib.translate train ...``); SIGTERM or Ctrl-C stops it after the current step
+with a resumable checkpoint (exit status 75), and the same command with ``--resume OUT``
+finishes the run.
 """
 from __future__ import annotations
 
@@ -86,12 +88,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="tsv: the target language's name; multi30k: its code (en)")
     train.add_argument("--out", default=None, help="checkpoint path (default: CORPUS.pt)")
     train.add_argument("--minutes", type=positive_float, default=None,
-                       help="time budget, on --clock")
+                       help="time budget, on --clock: M wall-clock minutes, or with --clock "
+                            "cpu M minutes of --threads cores, M * 60 * threads seconds of "
+                            "the process's CPU time")
     train.add_argument("--steps", type=positive, default=None,
                        help="training steps (default: 1000 if --minutes is not given)")
     train.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                        help="what --minutes counts: wall-clock time, or the process's CPU "
-                            "time (all its threads together; neighbours do not count)")
+                            "time (all its threads together; neighbours do not count), "
+                            "--minutes of --threads cores")
     train.add_argument("--preset", choices=sorted(PRESETS), default=RECIPE["preset"])
     train.add_argument("--vocab-size", type=int_at_least(8), default=RECIPE["vocab_size"],
                        help="joint BPE vocabulary size")
@@ -104,9 +109,42 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lr-factor", type=positive_float, default=RECIPE["lr_factor"])
     train.add_argument("--warmup", type=positive, default=RECIPE["warmup"])
     train.add_argument("--decay", choices=("linear", "noam"), default=RECIPE["decay"])
-    train.add_argument("--dropout", type=_fraction, default=RECIPE["dropout"])
+    train.add_argument("--dropout", type=_fraction, default=RECIPE["dropout"],
+                       help="on the embeddings and every sublayer's output (and on attention "
+                            "and in the feed-forward layers unless set apart below)")
+    train.add_argument("--attention-dropout", type=_fraction, default=None,
+                       help="on the attention weights (default: --dropout)")
+    train.add_argument("--activation-dropout", type=_fraction, default=None,
+                       help="inside the feed-forward layers, after the activation "
+                            "(default: --dropout)")
     train.add_argument("--label-smoothing", type=_fraction, default=RECIPE["label_smoothing"])
-    train.add_argument("--word-dropout", type=_fraction, default=RECIPE["word_dropout"])
+    train.add_argument("--word-dropout", type=_fraction, default=RECIPE["word_dropout"],
+                       help="source tokens replaced by <unk> in training")
+    train.add_argument("--bpe-dropout", type=_fraction, default=0.0,
+                       help="BPE-dropout: each merge skipped with this probability when "
+                            "the training examples are segmented anew at each pass (never "
+                            "at evaluation); not reproducible bit for bit (default: 0)")
+    train.add_argument("--bidirectional", type=_bool, nargs="?", const=True, default=False,
+                       metavar="true|false",
+                       help="one model for both directions: every pair both ways, a "
+                            "<2LANG> tag before each source; translates with the target "
+                            "language's tag (default: false)")
+    train.add_argument("--dict-tag", type=_bool, nargs="?", const=True, default=False,
+                       metavar="true|false",
+                       help="a <dict> tag before the source of each word/phrase pair "
+                            "(--extra-pairs, --dict-fraction) (default: false)")
+    train.add_argument("--dict-fraction", type=_fraction, default=0.0, metavar="F",
+                       help="each pass over the sentences comes with a new sample of the "
+                            "corpus's word/phrase pairs, the fraction F of the pass (not "
+                            "with --extra-pairs) (default: 0)")
+    train.add_argument("--d-model", type=positive, default=None,
+                       help="model width (default: the preset's)")
+    train.add_argument("--num-heads", type=positive, default=None,
+                       help="attention heads (default: the preset's)")
+    train.add_argument("--layers", type=positive, default=None,
+                       help="encoder and decoder layers, each (default: the preset's)")
+    train.add_argument("--d-ff", type=positive, default=None,
+                       help="feed-forward width (default: the preset's)")
     train.add_argument("--norm-first", type=_bool, default=RECIPE["norm_first"],
                        help="pre-norm (true, default) or the paper's post-norm (false)")
     train.add_argument("--average", type=positive, default=1, metavar="K",
@@ -116,7 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=non_negative, default=0)
     add_deterministic_argument(train)
     train.add_argument("--threads", type=positive, default=None,
-                       help="torch CPU threads per process (default: torch's)")
+                       help="torch CPU threads per process, and the cores --clock cpu "
+                            "counts (default: torch's, torch.get_num_threads())")
     train.add_argument("--device", default=None, help="cpu, cuda, ... (default: best available)")
     train.add_argument("--precision", choices=PRECISIONS, default="fp32")
     train.add_argument("--accumulate", type=positive, default=1,
@@ -160,12 +199,30 @@ def corpus_options(args) -> dict:
     langs = {key: value for key, value in (("src_lang", args.src_lang),
                                            ("tgt_lang", args.tgt_lang)) if value}
     if args.corpus == "ding":
-        return ({"path": path} if path else {}) | {"phrases": args.extra_pairs != 0}
+        phrases = args.extra_pairs != 0 or args.dict_fraction > 0
+        return ({"path": path} if path else {}) | {"phrases": phrases}
     if args.corpus == "tsv":
         return {"path": path, "src_col": args.src_col, "tgt_col": args.tgt_col, **langs}
     if args.corpus == "multi30k":
         return {"folder": path, **langs}
     return {}
+
+
+def budget_seconds(minutes: float | None, clock: str, threads: int) -> float | None:
+    """``--minutes`` in seconds on ``clock``: M wall-clock minutes, or on the CPU clock M
+    minutes of ``threads`` cores, M * 60 * threads seconds of the process's CPU time (as
+    the benchmarks count: "10 minutes on 2 cores" is 1200 CPU seconds)."""
+    if minutes is None:
+        return None
+    return minutes * 60 * (threads if clock == "cpu" else 1)
+
+
+def model_options(args) -> dict:
+    """``train_corpus``'s ``model_config``: the size options given on the command line."""
+    given = {"d_model": args.d_model, "num_heads": args.num_heads,
+             "num_encoder_layers": args.layers, "num_decoder_layers": args.layers,
+             "d_ff": args.d_ff}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def load_corpus_for(name: str, options: dict, parser=None):
@@ -263,12 +320,22 @@ def _train_world(parser, args, world, stop) -> int:
         torch.set_num_threads(args.threads)
     say = print if world.is_main else (lambda *values, **options: None)
     start = time.perf_counter()
+    if args.dict_fraction > 0 and args.extra_pairs != 0:
+        parser.error(f"argument --dict-fraction: a new sample of word/phrase pairs at each "
+                     f"pass does not go with --extra-pairs {args.extra_pairs} (one fixed "
+                     f"sample): give one of them")
     options = corpus_options(args)
     corpus = load_corpus_for(args.corpus, options, parser)
+    if args.dict_fraction > 0 and not corpus.extra_train:
+        parser.error(f"argument --dict-fraction: corpus {corpus.name} has no word/phrase "
+                     f"pairs (extra training material) to draw from")
     say(f"corpus {corpus.name}: {len(corpus.train)} training, {len(corpus.valid)} "
         f"validation, {len(corpus.test)} test pairs ({time.perf_counter() - start:.1f} s)")
     steps = args.steps if args.steps is not None or args.minutes is not None else 1000
-    seconds = args.minutes * 60 if args.minutes is not None else None
+    seconds = budget_seconds(args.minutes, args.clock, torch.get_num_threads())
+    if seconds is not None and args.clock == "cpu":
+        say(f"budget: {args.minutes:g} minutes of {torch.get_num_threads()} cores, "
+            f"{seconds:g} s of the process's CPU time")
     try:
         result = train_corpus(
             corpus, steps=steps, max_seconds=seconds, clock=args.clock, preset=args.preset,
@@ -276,7 +343,11 @@ def _train_world(parser, args, world, stop) -> int:
             deterministic=args.deterministic, batch_size=args.batch_size,
             lr_factor=args.lr_factor, warmup=args.warmup, decay=args.decay,
             dropout=args.dropout, label_smoothing=args.label_smoothing,
-            word_dropout=args.word_dropout, norm_first=args.norm_first,
+            word_dropout=args.word_dropout, attention_dropout=args.attention_dropout,
+            activation_dropout=args.activation_dropout, bpe_dropout=args.bpe_dropout,
+            bidirectional=args.bidirectional, dict_tag=args.dict_tag,
+            dict_fraction=args.dict_fraction, model_config=model_options(args),
+            norm_first=args.norm_first,
             average=args.average, snapshot_every=args.snapshot_every, device=args.device,
             world=world, accumulate=args.accumulate, precision=args.precision,
             resume=resume, stop=stop, progress=world.is_main and not args.no_progress)

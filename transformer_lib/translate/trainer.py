@@ -96,6 +96,9 @@ def check_batch_size(batch_size: int, processes: int, accumulate: int) -> None:
 
 # Settings that entered a run's record later: a checkpoint saved without one is not refused.
 _LATER_SETTINGS = ("threads", "deterministic")
+# Recipe knobs that entered it later: a checkpoint saved without one ran with it off.
+_LATER_DEFAULTS = {"bpe_dropout": 0.0, "bidirectional": False, "dict_tag": False,
+                   "dict_fraction": 0.0}
 
 
 class ResumeMismatch(ValueError):
@@ -107,6 +110,7 @@ def check_resumable(checkpoint: dict, run: dict) -> None:
     checkpoint) was saved by a run with the settings ``run``: a run continues only with the
     settings it started with."""
     saved = checkpoint["training"].get("run", {})
+    saved = {**{k: v for k, v in _LATER_DEFAULTS.items() if k in run}, **saved}
     different = [f"{key}: saved {saved.get(key)!r}, now {value!r}"
                  for key, value in run.items() if saved.get(key) != value
                  and not (key in _LATER_SETTINGS and key not in saved)]
