@@ -140,3 +140,96 @@ def test_a_training_step_that_fails_to_compile_is_named(attention, capsys, monke
     step = json.loads((tmp_path / "out.json").read_text())["train_step"]
     assert step["failed"] == "compiled: RuntimeError: triton: no kernel for this device"
     assert "compiled_ms" not in step and step["ours_ms"] > 0
+
+
+# ------------------------------------------------------------------------------------
+# benchmarks/real_corpus.py: validation for every run, test only for the chosen recipe
+
+
+@pytest.fixture
+def real_corpus(monkeypatch, restored):
+    return _load("real_corpus", monkeypatch)
+
+
+def _invented_corpus():
+    from transformer_lib.data.corpus import Corpus
+
+    nouns = [("Hund", "dog"), ("Katze", "cat"), ("Vogel", "bird"), ("Fisch", "fish"),
+             ("Pferd", "horse"), ("Maus", "mouse")]
+    verbs = [("schläft", "sleeps"), ("spielt", "plays"), ("isst", "eats"),
+             ("läuft", "runs"), ("wartet", "waits")]
+    pairs = [(f"Der {n} {v} heute.", f"The {m} {w} today.") for n, m in nouns
+             for v, w in verbs]
+    return Corpus("invented", "de", "en", train=pairs[:22], valid=pairs[22:26],
+                  test=pairs[26:])
+
+
+TINY_RUN = ["--minutes", "1", "--steps", "3", "--cores", "1", "--bootstrap-samples", "20",
+            "--set", "preset=tiny", "vocab_size=120", "batch_size=8", "warmup=2"]
+
+
+def _evaluated_splits(real_corpus, monkeypatch, corpus):
+    """Which splits the script translates: evaluate() is watched."""
+    seen = []
+    evaluate = real_corpus.evaluate
+
+    def watched(model, pairs, **kwargs):
+        seen.append(next(name for name in ("valid", "test")
+                         if pairs == corpus.split(name)))
+        return evaluate(model, pairs, **kwargs)
+    monkeypatch.setattr(real_corpus, "evaluate", watched)
+    return seen
+
+
+def test_real_corpus_scores_validation_and_never_test_unless_final(real_corpus, monkeypatch,
+                                                                   tmp_path):
+    corpus = _invented_corpus()
+    seen = _evaluated_splits(real_corpus, monkeypatch, corpus)
+    out = tmp_path / "search.json"
+    assert real_corpus.main([*TINY_RUN, "dropout=0.2", "--out", str(out)], corpus=corpus) == 0
+    results = json.loads(out.read_text())
+    assert seen == ["valid", "valid"]  # greedy and beam 4, validation only
+    assert results["schema"] == 2 and "final" not in results
+    (row,) = results["results"]
+    assert "test" not in row and row["recipe"]["dropout"] == 0.2 and row["seed"] == 0
+    assert row["budget_s"] == 60 and row["steps"] == 3 and row["average"] == 1
+    assert row["train_cpu_s"] > 0 and row["train_wall_s"] > 0 and "valid_curve" in row
+    for search in ("greedy", "beam4"):
+        assert 0 <= row["valid"][search]["bleu"] <= 100
+        assert row["everyday"][search]["total"] == 30
+    assert row["valid"]["signatures"]["bleu"].startswith("nrefs:1|case:mixed")
+    # the baselines, once per file, on both splits (they choose nothing)
+    for name in ("copy", "retrieval"):
+        for split in ("valid", "test"):
+            assert 0 <= results["baselines"][name][split]["chrf"] <= 100
+    assert results["everyday"]["sentences"] == 30 and results["everyday"]["in_training"] == []
+
+
+def test_real_corpus_final_scores_test_over_seeds_with_paired_bootstrap(real_corpus,
+                                                                        monkeypatch,
+                                                                        tmp_path):
+    corpus = _invented_corpus()
+    seen = _evaluated_splits(real_corpus, monkeypatch, corpus)
+    out = tmp_path / "final.json"
+    assert real_corpus.main([*TINY_RUN, "--final", "--seeds", "0", "1", "--out", str(out)],
+                            corpus=corpus) == 0
+    results = json.loads(out.read_text())
+    assert seen == ["valid", "valid", "test", "test"] * 2
+    assert [row["seed"] for row in results["results"]] == [0, 1]
+    for row in results["results"]:
+        paired = row["test"]["paired_bootstrap"]
+        assert set(paired) == {"beam4_vs_greedy", "greedy_vs_retrieval", "beam4_vs_retrieval"}
+        assert 0 < paired["beam4_vs_retrieval"]["bleu"]["p_value"] <= 1
+    (summary,) = results["final"]
+    assert summary["seeds"] == [0, 1] and summary["beam4_bleu"]["sd"] is not None
+    merged = tmp_path / "merged.json"
+    assert real_corpus.main(["--merge", str(out), str(out), "--out", str(merged)]) == 0
+    assert json.loads(merged.read_text())["final"][0]["seeds"] == [0, 0, 1, 1]
+
+
+def test_everyday_sentences_are_thirty_and_not_from_the_dictionary(real_corpus):
+    pairs = real_corpus.load_everyday()
+    assert len(pairs) == 30 and all(1 <= len(refs) <= 2 for _, refs in pairs)
+    assert all(2 <= len(s.split()) <= 8 for s, _ in pairs)
+    header = (ROOT / "benchmarks" / "data" / "everyday_de_en.tsv").read_text().split("\n")[0]
+    assert "written for The Tested Transformer" in header
