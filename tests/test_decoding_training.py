@@ -284,8 +284,8 @@ def test_first_decoder_position_is_never_padding():
 
 
 def test_beam_search_length_penalty_fn():
-    """``length_penalty_fn(lengths, alpha)`` ranks the final hypotheses (default GNMT).
-    The lengths count the generated tokens, EOS included, as Hugging Face's do."""
+    """``length_penalty_fn(lengths, alpha)`` scores the finished hypotheses (default GNMT).
+    The lengths count the generated tokens, EOS included, as Hugging Face's do: 1..max_len."""
     from transformer_lib.decoding import length_penalty_gnmt, length_penalty_power
 
     src = _sources()
@@ -300,10 +300,8 @@ def test_beam_search_length_penalty_fn():
                         length_penalty_fn=recording)
     default = tl.beam_search(model, src, 3, 10, BOS, EOS, length_penalty=0.7)
     assert torch.equal(ys, default)
-    (lengths, alpha), = seen
-    assert alpha == 0.7 and lengths.shape == (4 * 3,)
-    for row, candidates in zip(ys[:, 1:].tolist(), lengths.view(4, 3).tolist()):
-        assert (row.index(EOS) + 1 if EOS in row else len(row)) in candidates
+    (lengths, alpha), = seen  # called once, for every length a hypothesis can have
+    assert alpha == 0.7 and lengths.tolist() == list(range(1, 11))
     n = torch.tensor([1, 4, 9])
     torch.testing.assert_close(length_penalty_power(n, 0.5), torch.tensor([1., 2., 3.]))
     gnmt = torch.tensor([1, 1.5, 14 / 6])  # (5 + n) / 6

@@ -209,15 +209,15 @@ def test_the_eager_step_reads_nothing_on_the_host(kind):
     else:
         decoder.beam(src, 3, MAX_LEN, BOS, eos)
     (session,) = decoder.sessions.values()
-    session.reset(BOS)
-    if kind == "beam":  # as FastDecoder.beam starts a batch
-        session.scores.zero_()
-        session.scores[:, 1:] = float("-inf")
+    session.reset(BOS)  # as FastDecoder.beam starts a batch (beam state included)
     with torch.no_grad(), _HostReads() as probe:
         for _ in range(MAX_LEN):
             step(model, session, eos)
     assert probe.reads == []
-    assert bool(session.finished.any())  # the steps above included rows that ended
+    if kind == "greedy":
+        assert bool(session.finished.any())  # the steps above included rows that ended
+    else:  # hypotheses ending with EOS were set aside, and every example is done
+        assert bool((session.fin_tokens == eos).any()) and bool(session.done.all())
 
 
 @pytest.mark.parametrize("kind", ["greedy", "beam"])
@@ -287,9 +287,6 @@ def test_the_warm_up_before_recording_fits_short_outputs_and_is_undone(kind, max
         decoder.beam(src, 2, max_len, BOS, eos)
     (session,) = decoder.sessions.values()
     session.reset(BOS)  # where a call starts (position 0), as _run finds it
-    if kind == "beam":
-        session.scores.zero_()
-        session.scores[:, 1:] = float("-inf")
     step = _greedy_step if kind == "greedy" else _beam_step
     tensors = [t for t in vars(session).values() if isinstance(t, torch.Tensor)]
     tensors += list(session.cache.buffers())

@@ -15,7 +15,10 @@ each kernel faster than Python can issue the next one, so it waits. The remedy h
 
 The host reads one number every ``check_every`` steps (have all rows finished?). The tokens
 are those of the readable loops (the tests assert it): only the arithmetic's shape differs
-(attention over ``max_len`` slots, the unwritten ones masked), not the algorithm.
+(attention over ``max_len`` slots, the unwritten ones masked), not the algorithm. Beam search
+calls the very functions of ``tl.beam_search`` that choose candidates, set finished
+hypotheses aside and decide when an example is done; here the live beams and the finished
+hypotheses live in static buffers, (B*K, max_len + 1) and (B, K, max_len + 1) tokens.
 
 ``FastDecoder`` keeps its buffers (and graphs) between calls of the same shape: the graph is
 recorded on the first call and replayed by later ones.
@@ -27,8 +30,18 @@ import math
 import torch
 from torch.nn import functional as F
 
-from ._checks import check_bool, check_number, check_positive_int
-from .decoding import _check_decode_args, _eval_mode, length_penalty_gnmt
+from ._checks import check_bool, check_positive_int
+from .decoding import (
+    _check_beam_args,
+    _check_decode_args,
+    _eval_mode,
+    _length_penalties,
+    _next_live,
+    _set_aside,
+    _top_candidates,
+    _update_done,
+    length_penalty_gnmt,
+)
 from .masks import padding_mask
 from .static_cache import StaticCache
 
@@ -53,10 +66,12 @@ def decode_step(model, token, memory, memory_mask, cache: StaticCache) -> torch.
 
 
 class _Session:
-    """The buffers of one kind of call (greedy or beam, one shape), and its recorded step."""
+    """The buffers of one kind of call (greedy or beam, one shape), and its recorded step.
+    ``beam``: (B, K) for beam search (then ``batch`` is B*K rows), None for greedy."""
 
-    def __init__(self, model, batch, src_len, max_len, dtype, device):
+    def __init__(self, model, batch, src_len, max_len, dtype, device, beam=None):
         d_model = model.src_embed.d_model
+        self.pad_id = model.pad_id
         self.src = torch.zeros(batch, src_len, dtype=torch.long, device=device)
         self.memory = torch.zeros(batch, src_len, d_model, dtype=dtype, device=device)
         self.memory_mask = torch.zeros(batch, 1, 1, src_len, dtype=torch.bool, device=device)
@@ -64,11 +79,24 @@ class _Session:
         self.ys = torch.zeros(batch, max_len + 1, dtype=torch.long, device=device)
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.finished = torch.zeros(batch, dtype=torch.bool, device=device)
-        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
         self.done_at = torch.zeros((), dtype=torch.long, device=device)  # steps when all ended
         self.max_len = max_len
         self.graph = None
         self.compiled = None
+        vocab = model.generator.out_features
+        self.pad_column = torch.zeros(vocab, dtype=torch.bool, device=device)
+        self.pad_column[model.pad_id] = True
+        self.beam = beam
+        if beam is not None:  # the state of tl.beam_search, in buffers of fixed shape
+            examples, k = beam
+            self.live_scores = torch.zeros(examples, k, device=device)  # (B, K)
+            self.fin_scores = torch.zeros(examples, k, device=device)  # (B, K), best first
+            self.fin_tokens = torch.zeros(examples, k, max_len + 1, dtype=torch.long,
+                                          device=device)  # (B, K, max_len + 1)
+            self.done = torch.zeros(examples, dtype=torch.bool, device=device)  # (B,)
+            self.first_row = torch.arange(examples, device=device)[:, None] * k  # (B, 1)
+            self.lp = torch.ones(max_len, device=device)  # lp(L) at L - 1, set by each call
+            self.lp_best = torch.ones(max_len, device=device)
 
     def load(self, model, src, memory, bos_id) -> None:
         """A new batch: copy its source and memory in, project the memory's keys and values
@@ -85,17 +113,29 @@ class _Session:
 
     def reset(self, bos_id) -> None:
         self.cache.position.zero_()
-        self.ys.fill_(0)
+        self.ys.fill_(self.pad_id)  # beam search copies whole rows: padding after the end
         self.ys[:, 0] = bos_id
         self.token.fill_(bos_id)
         self.finished.zero_()
-        self.lengths.zero_()
         self.done_at.fill_(self.max_len)
+        if self.beam is not None:
+            self.live_scores.zero_()
+            self.live_scores[:, 1:] = float("-inf")  # all beams start equal: keep one alive
+            self.fin_scores.fill_(float("-inf"))
+            self.fin_tokens.fill_(self.pad_id)
+            self.done.zero_()
+
+    def state(self) -> list[torch.Tensor]:
+        """Every buffer a step writes."""
+        beam = [] if self.beam is None else [self.live_scores, self.fin_scores,
+                                             self.fin_tokens, self.done]
+        return [self.ys, self.token, self.finished, self.done_at, *beam,
+                *self.cache.buffers()]
 
 
-def _mark_done(s: _Session) -> None:
+def _mark_done(s: _Session, finished: torch.Tensor) -> None:
     """Remember the first step after which every row has finished (on the device)."""
-    first = s.finished.all() & (s.done_at == s.max_len)
+    first = finished.all() & (s.done_at == s.max_len)
     s.done_at.copy_(torch.where(first, s.cache.position + 1, s.done_at))
 
 
@@ -107,31 +147,37 @@ def _greedy_step(model, s: _Session, eos_id: int) -> None:
     s.ys.index_copy_(1, (s.cache.position + 1).view(1), next_token[:, None])
     s.finished.logical_or_(next_token == eos_id)
     s.token.copy_(next_token[:, None])
-    _mark_done(s)
+    _mark_done(s, s.finished)
     s.cache.step()
 
 
-def _beam_step(model, s: _Session, eos_id: int) -> None:
-    """One beam-search step, in place (the rules of ``tl.beam_search``)."""
+def _beam_step(model, s: _Session, eos_id: int, early_stopping=False) -> None:
+    """One beam-search step, in place: the step of ``tl.beam_search``'s loop, on buffers."""
     logits = decode_step(model, s.token, s.memory, s.memory_mask, s.cache)  # (B*K, V)
     log_probs = F.log_softmax(logits.float(), dim=-1).masked_fill(s.pad_column, float("-inf"))
-    # A finished beam continues only with padding, at no cost.
-    log_probs = torch.where(s.finished[:, None], s.finished_row, log_probs)
-    batch, k = s.scores.shape
-    vocab = log_probs.size(-1)
-    candidates = (s.scores.view(-1, 1) + log_probs).view(batch, k * vocab)  # (B, K*V)
-    scores, flat = candidates.topk(k, dim=1)  # (B, K)
-    parent = (torch.div(flat, vocab, rounding_mode="floor") + s.offsets).view(-1)  # (B*K,)
-    token = (flat % vocab).view(-1)  # (B*K,)
-    s.ys.copy_(s.ys.index_select(0, parent))
-    s.ys.index_copy_(1, (s.cache.position + 1).view(1), token[:, None])
-    finished_parent = s.finished.index_select(0, parent)
-    s.lengths.copy_(s.lengths.index_select(0, parent) + (~finished_parent).long())
-    s.finished.copy_(finished_parent | (token == eos_id))
-    s.scores.copy_(scores)
-    s.token.copy_(token[:, None])
-    s.cache.reorder(parent)
-    _mark_done(s)
+    batch, k = s.live_scores.shape
+    scores, beam, token = _top_candidates(log_probs, s.live_scores)  # (B, 2K) each
+    rows = (beam + s.first_row).view(-1)  # (B*2K,) the row of ys each one continues
+    grown = s.ys.index_select(0, rows)  # (B*2K, max_len + 1)
+    grown.index_copy_(1, (s.cache.position + 1).view(1), token.view(-1, 1))
+    last = s.cache.position + 1 == s.max_len  # () no room to grow: every candidate ends
+    ends = (token == eos_id) | last  # (B, 2K)
+    lp_now = s.lp.index_select(0, s.cache.position.view(1))  # (1,) lp of this step's length
+    lp_best = s.lp_best.index_select(0, s.cache.position.view(1))  # (1,)
+    fin_scores, fin_tokens = _set_aside(s.fin_scores, s.fin_tokens, scores,
+                                        grown.view(batch, 2 * k, -1), ends, s.done, lp_now)
+    s.fin_scores.copy_(fin_scores)
+    s.fin_tokens.copy_(fin_tokens)
+    keep = _next_live(ends, k)  # (B, K) positions among the 2K
+    s.live_scores.copy_(scores.gather(1, keep))
+    keep_rows = (keep + 2 * s.first_row).view(-1)  # (B*K,) rows of grown
+    s.ys.copy_(grown.index_select(0, keep_rows))
+    s.token.copy_(token.gather(1, keep).view(-1, 1))
+    s.cache.reorder(rows.index_select(0, keep_rows))
+    done = _update_done(s.done, fin_scores, s.live_scores[:, 0], lp_now, lp_best,
+                        early_stopping)
+    s.done.copy_(done | last)
+    _mark_done(s, s.done)
     s.cache.step()
 
 
@@ -187,28 +233,32 @@ class FastDecoder:
 
     @torch.no_grad()
     def beam(self, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6,
-             length_penalty_fn=length_penalty_gnmt) -> torch.Tensor:
-        """Like ``tl.beam_search(model, src, beam_size, max_len, bos_id, eos_id, ...)``."""
+             length_penalty_fn=length_penalty_gnmt, *, early_stopping=False,
+             return_scores=False):
+        """Like ``tl.beam_search(model, src, beam_size, max_len, bos_id, eos_id, ...)``,
+        same tokens (and scores)."""
         model = self.model
         _check_decode_args(model, src, max_len, bos_id, eos_id, True)
-        check_positive_int("beam_size", beam_size)
-        check_number("length_penalty", length_penalty, 0.0)
-        if not callable(length_penalty_fn):
-            raise TypeError("length_penalty_fn must be callable, got "
-                            f"{type(length_penalty_fn).__name__}")
+        _check_beam_args(beam_size, length_penalty, length_penalty_fn, early_stopping)
+        check_bool("return_scores", return_scores)
         self._check_max_len(max_len)
         with _eval_mode(model):
             batch, k = src.size(0), beam_size
             src_rep = src.repeat_interleave(k, dim=0)  # (B*K, Ls): beams of one example adjacent
             memory = model.encode(src_rep)  # (B*K, Ls, d)
-            s = self._session(("beam", *src.shape, k, max_len, eos_id), batch * k, src_rep,
-                              memory, max_len, beam=(batch, k))
+            key = ("beam", *src.shape, k, max_len, eos_id, early_stopping)
+            s = self._session(key, batch * k, src_rep, memory, max_len, beam=(batch, k))
             s.load(model, src_rep, memory, bos_id)
-            steps = self._run(s, lambda: _beam_step(model, s, eos_id), bos_id)
-            penalty = length_penalty_fn(s.lengths, length_penalty)  # (B*K,)
-            best = (s.scores.view(-1) / penalty).view(batch, k).argmax(dim=1)  # (B,)
-            ys = s.ys[:, : steps + 1].view(batch, k, -1)
-            return ys[torch.arange(batch, device=src.device), best]
+            lp, lp_best = _length_penalties(length_penalty_fn, length_penalty, max_len,
+                                            src.device)
+            s.lp.copy_(lp)  # in place: a recorded graph reads these buffers
+            s.lp_best.copy_(lp_best)
+            self._run(s, lambda: _beam_step(model, s, eos_id, early_stopping), bos_id)
+            best = s.fin_tokens[:, 0]  # (B, max_len + 1): best first
+            width = 1 + int((best[:, 1:] != model.pad_id).sum(dim=1).max())
+            if return_scores:
+                return best[:, :width].clone(), s.fin_scores[:, 0].clone()
+            return best[:, :width].clone()
 
     # -- machinery ----------------------------------------------------------------------
 
@@ -221,21 +271,9 @@ class FastDecoder:
     def _session(self, key, rows, src, memory, max_len, beam) -> _Session:
         s = self.sessions.get(key)
         if s is None:
-            model = self.model
-            s = _Session(model, rows, src.size(1), max_len, memory.dtype, self.device)
-            vocab = model.generator.out_features
-            s.pad_column = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-            s.pad_column[model.pad_id] = True
-            if beam is not None:
-                batch, k = beam
-                s.scores = torch.zeros(batch, k, device=self.device)
-                s.offsets = torch.arange(batch, device=self.device)[:, None] * k  # (B, 1)
-                s.finished_row = torch.full((vocab,), float("-inf"), device=self.device)
-                s.finished_row[model.pad_id] = 0.0
+            s = _Session(self.model, rows, src.size(1), max_len, memory.dtype, self.device,
+                         beam)
             self.sessions[key] = s
-        if beam is not None:
-            s.scores.zero_()
-            s.scores[:, 1:] = float("-inf")  # all beams start equal: keep only one alive
         return s
 
     def _run(self, s: _Session, step, bos_id) -> int:
@@ -272,17 +310,11 @@ class FastDecoder:
     def _warm_up(self, s: _Session, step, steps: int = 3) -> None:
         """Run ``step`` a few times (at most ``max_len``: the buffers have no room for
         more), then put back every buffer those steps wrote."""
-        state = [t.clone() for t in self._state(s)]
+        state = [t.clone() for t in s.state()]
         for _ in range(min(steps, s.max_len)):
             step()
-        for buffer, saved in zip(self._state(s), state):
+        for buffer, saved in zip(s.state(), state):
             buffer.copy_(saved)
-
-    @staticmethod
-    def _state(s: _Session) -> list[torch.Tensor]:
-        extra = [s.scores] if hasattr(s, "scores") else []
-        return [s.ys, s.token, s.finished, s.lengths, s.done_at, *extra,
-                *s.cache.buffers()]
 
 
 def fast_greedy_decode(model, src, max_len, bos_id, eos_id, **options) -> torch.Tensor:
@@ -291,7 +323,9 @@ def fast_greedy_decode(model, src, max_len, bos_id, eos_id, **options) -> torch.
 
 
 def fast_beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6,
-                     length_penalty_fn=length_penalty_gnmt, **options) -> torch.Tensor:
+                     length_penalty_fn=length_penalty_gnmt, *, early_stopping=False,
+                     return_scores=False, **options):
     """``tl.beam_search`` on a static cache (a one-off ``FastDecoder(model, **options)``)."""
-    return FastDecoder(model, **options).beam(src, beam_size, max_len, bos_id, eos_id,
-                                              length_penalty, length_penalty_fn)
+    return FastDecoder(model, **options).beam(
+        src, beam_size, max_len, bos_id, eos_id, length_penalty, length_penalty_fn,
+        early_stopping=early_stopping, return_scores=return_scores)
