@@ -22,13 +22,15 @@ checkpoint's ``training["run"]`` that ``--resume`` compares):
   words and phrases), so the model can tell a dictionary entry from a sentence;
 - ``dict_fraction`` F: each pass over the training sentences comes with a new sample,
   drawn by the seed, of ``extra_train`` pairs that makes up the fraction F of the pass
-  (F / (1 - F) dictionary pairs per sentence). One mechanism, a mixing ratio, rather than
-  a first phase on the dictionary: it needs no schedule and keeps every pass alike.
-  ``extra_pairs`` N instead adds one fixed sample of N pairs (the two do not mix).
+  (F / (1 - F) dictionary pairs per sentence; the subword vocabulary is learned on the
+  sentences alone). One mechanism, a mixing ratio, rather than a first phase on the
+  dictionary: it needs no schedule and keeps every pass alike. ``extra_pairs`` N instead
+  adds one fixed sample of N pairs (the two do not mix).
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -110,11 +112,15 @@ class TrainingData:
     """The training examples of a run as padded id tensors, and, where the recipe asks
     for it, the examples written anew at every pass (``refresh``, for ``BucketBatcher``).
 
-    ``fixed``: (source, target, tags) examples used in every pass; ``pool``: examples of
-    which ``per_pass`` are drawn for each pass (by ``seed`` and the pass: a resumed run
-    draws the same); ``bpe_dropout``: each pass segments every example anew (an example
-    that would outgrow ``max_len`` keeps its plain pieces). Examples longer than
-    ``max_len`` tokens in their plain pieces are left out once, at the start.
+    ``fixed``: (source, target, tags) examples used in every pass, encoded once (those
+    longer than ``max_len`` tokens left out). ``pool``: examples of which ``per_pass``
+    are drawn for each pass, by ``seed`` and the pass (a resumed run draws the same), and
+    encoded when drawn (the pool is Ding's ~370,000 entries: encoding all of them would
+    take minutes); a pool example with more than ``max_len // 2 - 4`` characters on a
+    side is left out at the start, so that none can outgrow ``max_len`` tokens.
+    ``bpe_dropout``: each pass segments every example anew (one that would outgrow
+    ``max_len`` keeps its plain pieces); this costs about 50 microseconds of CPU time per
+    text and pass, inside the training budget.
     """
 
     def __init__(self, tokenizer, fixed, pool=(), per_pass: int = 0,
@@ -128,47 +134,54 @@ class TrainingData:
         self.fixed = self._encode(list(fixed))
         if not self.fixed:
             raise ValueError(f"no pair fits in max_len={max_len} tokens")
-        self.pool = self._encode(list(pool)) if per_pass else []
+        short = max_len // 2 - 4  # characters: at most 2 tokens each (a piece, a space)
+        self.pool = [e for e in pool if len(e[0]) <= short and len(e[1]) <= short] \
+            if per_pass else []
         self.per_pass = min(per_pass, len(self.pool))
 
-    def _encode(self, examples):
-        """Examples -> (source, target, tags, source ids, target ids), those that fit."""
+    def _encode(self, examples, dropout: float = 0.0, plain=None):
+        """Examples -> (source, target, tags, source ids, target ids); those that do not
+        fit in ``max_len`` are left out, or, with ``plain`` (their plain ids), keep those."""
         from .translator import encode_examples
 
+        if not examples:
+            return []
         pairs = [(s, t) for s, t, _ in examples]
         tags = [tags for _, _, tags in examples] if any(e[2] for e in examples) else None
-        ids = encode_examples(self.tokenizer, pairs, tags) if examples else ([], [])
-        return [(*example, s, t) for example, s, t in zip(examples, *ids)
-                if len(s) <= self.max_len and len(t) <= self.max_len]
+        ids = encode_examples(self.tokenizer, pairs, tags, dropout)
+        out = []
+        for i, (example, s, t) in enumerate(zip(examples, *ids)):
+            if len(s) <= self.max_len and len(t) <= self.max_len:
+                out.append((*example, s, t))
+            elif plain is not None:
+                out.append(plain[i])
+        return out
 
     @property
     def changes(self) -> bool:
         """Whether the passes differ (a pool to draw from, or BPE-dropout)."""
         return self.per_pass > 0 or self.bpe_dropout > 0
 
-    def examples(self, epoch: int) -> list:
-        """The examples of pass ``epoch``: the fixed ones, then those drawn from the pool."""
+    def drawn(self, epoch: int) -> list:
+        """The pool examples of pass ``epoch`` (by the seed and the pass)."""
         if not self.per_pass:
-            return self.fixed
+            return []
         rng = np.random.default_rng([self.seed, 2, epoch])
-        chosen = np.sort(rng.choice(len(self.pool), self.per_pass, replace=False))
-        return self.fixed + [self.pool[i] for i in chosen]
+        return [self.pool[i] for i in np.sort(rng.choice(len(self.pool), self.per_pass,
+                                                         replace=False))]
+
+    def examples(self, epoch: int = 0, dropout: bool = False) -> list:
+        """The examples of pass ``epoch`` with their ids: the fixed ones, then those drawn
+        from the pool; ``dropout``: segmented with BPE-dropout."""
+        examples = self.fixed + self._encode(self.drawn(epoch))
+        if dropout and self.bpe_dropout > 0:
+            examples = self._encode([e[:3] for e in examples], self.bpe_dropout, examples)
+        return examples
 
     def tensors(self, epoch: int = 0, dropout: bool = False):
-        """Padded (N, Ls) sources and (N, Lt) targets of pass ``epoch``; ``dropout``:
-        with BPE-dropout."""
-        from .translator import encode_examples
-
-        examples = self.examples(epoch)
-        sources, targets = [e[3] for e in examples], [e[4] for e in examples]
-        if dropout and self.bpe_dropout > 0:
-            tags = [e[2] for e in examples] if any(e[2] for e in examples) else None
-            new = encode_examples(self.tokenizer, [(e[0], e[1]) for e in examples], tags,
-                                  dropout=self.bpe_dropout)
-            fits = [len(s) <= self.max_len and len(t) <= self.max_len for s, t in zip(*new)]
-            sources = [n if ok else s for n, s, ok in zip(new[0], sources, fits)]
-            targets = [n if ok else t for n, t, ok in zip(new[1], targets, fits)]
-        return self._pad(sources), self._pad(targets)
+        """Padded (N, Ls) sources and (N, Lt) targets of pass ``epoch``."""
+        examples = self.examples(epoch, dropout)
+        return self._pad([e[3] for e in examples]), self._pad([e[4] for e in examples])
 
     def refresh(self, epoch: int):
         """``BucketBatcher``'s ``refresh``: the tensors of pass ``epoch``, as trained on."""
@@ -314,7 +327,7 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
 
         tokenizer = SubwordTokenizer.from_json(resume["tokenizer"])
     elif tokenizer is None:
-        tokenizer = learn_tokenizer(pairs + (dictionary if pool else []), vocab_size, tags)
+        tokenizer = learn_tokenizer(pairs, vocab_size, tags)  # not on the pool
     per_pass = round(dict_fraction / (1 - dict_fraction) * len(fixed))
     data = TrainingData(tokenizer, fixed, pool, per_pass, bpe_dropout, max_len, seed)
     src, tgt = data.tensors(0)  # pass 0 in plain pieces: the data's reference form
@@ -381,6 +394,30 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
                   attention_dropout=model.config.get("attention_dropout", dropout),
                   activation_dropout=model.config.get("activation_dropout", dropout))
     return CorpusResult(model, done.history, metrics, done.training, done.stopped, recipe)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def dictionary_coverage(corpus, split: str = "valid") -> dict:
+    """How much of what the training sentences lack the dictionary holds: of the source
+    words of ``split`` ("valid" or "test") that are in no training sentence's source, how
+    many are a word of some ``extra_train`` source (Ding's entries). Words are runs of
+    letters and digits, compared case-folded. Counts only (``tokens``: every occurrence;
+    ``types``: each distinct word once): ``unseen_*``, ``covered_*`` and their ratio
+    ``covered_*_fraction`` (of the unseen)."""
+    def words(texts):
+        return [w.casefold() for text in texts for w in _WORD.findall(text)]
+
+    seen = set(words(s for s, _ in corpus.train))
+    entries = set(words(s for s, _ in getattr(corpus, "extra_train", None) or []))
+    unseen = [w for w in words(s for s, _ in corpus.split(split)) if w not in seen]
+    out = {"split": split, "tokens": len(words(s for s, _ in corpus.split(split)))}
+    for kind, found in (("tokens", unseen), ("types", sorted(set(unseen)))):
+        covered = sum(w in entries for w in found)
+        out.update({f"unseen_{kind}": len(found), f"covered_{kind}": covered,
+                    f"covered_{kind}_fraction": covered / len(found) if found else 0.0})
+    return out
 
 
 def train_cpu_budget(corpus, minutes: float = 3.0, cores: int = 2, **settings) -> CorpusResult:
