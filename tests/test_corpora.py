@@ -7,6 +7,7 @@ skip where it is not installed (and fail under CI's TT_REQUIRE_ALL=1).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 
@@ -22,6 +23,7 @@ from transformer_lib.data import (
     clean_part,
     content_hash,
     ding_version,
+    find_leaks,
     is_sentence,
     load_corpus,
     load_ding,
@@ -227,13 +229,19 @@ def test_near_duplicates_share_a_split():
         assert len({split_of(v, fractions) for v in variants}) == 1
 
 
+def _word(i: int) -> str:
+    """A made-up word per number, unlike every other one ("Satz 7." and "Satz 17." would be
+    near-duplicates, 0.9 alike, and share a split)."""
+    return hashlib.sha256(str(i).encode()).hexdigest()[:10]
+
+
 def test_split_pairs_keeps_one_source_together_and_drops_repeats():
-    pairs = [(f"Satz Nummer {i}.", f"Sentence number {i}.") for i in range(300)]
-    pairs += [("satz nummer 7", "another translation"), pairs[0]]
+    pairs = [(f"Satz {_word(i)}.", f"Sentence {_word(i)}.") for i in range(300)]
+    pairs += [(f"satz {_word(7)}", "another translation"), pairs[0]]
     splits = split_pairs(pairs, {"valid": 0.2, "test": 0.2})
     assert sum(len(v) for v in splits.values()) == 301  # the repeat of pairs[0] is dropped
-    home = [name for name, v in splits.items() if ("Satz Nummer 7.", "Sentence number 7.") in v]
-    assert ("satz nummer 7", "another translation") in splits[home[0]]
+    home = [name for name, v in splits.items() if pairs[7] in v]
+    assert (f"satz {_word(7)}", "another translation") in splits[home[0]]
     assert all(40 <= len(splits[name]) <= 80 for name in ("valid", "test"))  # about 60 each
 
 
@@ -250,7 +258,8 @@ def test_split_fractions_are_checked(fractions, error):
 # ------------------------------------------------------------------------------------------
 
 PINNED_VERSION = "devel 2023-01-30"  # Debian 12 / Ubuntu 24.04's trans-de-en
-PINNED = {"train": 14799, "valid": 981, "test": 968, "test_hash": "5dd98871e2a7b48a"}
+PINNED = {"train": 13782, "valid": 919, "test": 917, "test_hash": "53133e94820c15d0",
+          "sorted_test_hash": "74ba5216ee9e9911"}
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +285,7 @@ def test_real_ding_test_split_is_pinned(ding):
     sizes = {name: len(ding.split(name)) for name in ("train", "valid", "test")}
     assert sizes == {k: PINNED[k] for k in ("train", "valid", "test")}
     assert content_hash(ding.test) == PINNED["test_hash"]
+    assert content_hash(sorted(ding.test)) == PINNED["sorted_test_hash"]  # whatever the order
 
 
 def test_real_ding_has_no_leakage(ding):
@@ -286,6 +296,11 @@ def test_real_ding_has_no_leakage(ding):
     assert not keys["valid"] & keys["test"]
     extra = {normalise_for_split(s) for s, _ in ding.extra_train}
     assert not extra & (keys["valid"] | keys["test"])
+    # and by the check that does not use the split's groups: no held-out source is 0.9 alike
+    # to, inside, or holding a training source (the old split by source alone had 18 in test)
+    assert find_leaks(ding.train, ding.test) == []
+    assert find_leaks(ding.train, ding.valid) == []
+    assert find_leaks(ding.valid, ding.test) == []
 
 
 def test_real_ding_sentences_are_clean(ding):

@@ -21,8 +21,9 @@ class Corpus:
     """Clean text pairs of one language direction, split three ways.
 
     - ``train``, ``valid``, ``test``: lists of (source, target) strings. For the real corpora the
-      split is by a stable hash of the normalised source (``splits.split_of``), so no sentence
-      or near-duplicate is in two splits.
+      split keeps near-duplicates together (``splits.split_pairs``: same source, same target,
+      one source inside another, or 0.9 alike), so no sentence or near-duplicate is in two
+      splits; ``splits.find_leaks`` checks it independently.
     - ``extra_train``: more training material that is not sentences (Ding's word and phrase pairs
       with ``phrases=True``); never in valid or test, empty unless asked for.
     - ``info``: where it came from and how it was read (path, the file's version line, counts,

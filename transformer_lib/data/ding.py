@@ -26,15 +26,36 @@ How a part becomes one clean pair (``clean_part``):
    -> ``colour``), and so does a spaced `` / `` with the word after it. Where an alternative
    has a space beside its slash, or follows punctuation, its extent is unknown: such a part is
    marked as no sentence;
+
+   The file writes alternatives of several words the same way (``keine Ahnung/keinen Dunst``,
+   ``is still outstanding/currently pending``): taking the first *word* would break the
+   sentence (``keine Ahnung Dunst``). Nothing in the text says where such an alternative ends,
+   so a part with slash alternatives stays a sentence only where each alternative reads as
+   one word (``_slash_extent``): all of a group's alternatives are function words, or none is
+   (``ist/befindet sich`` fails); they agree in capitalisation; none repeats its neighbour
+   (``unter null/unter dem``); two groups are not one word apart (``fallen/come down on/for``);
+   and every alternative forms, with the word before and the word after it, a word pair
+   (bigram) that the dictionary writes elsewhere without a slash. The last check needs the
+   whole file, so ``load_ding`` makes it, not ``parse_line``. In "devel 2023-01-30" 1,280
+   sentence pairs have slash alternatives; 149 pass and are expanded to their first
+   alternatives, 1,131 are dropped (they remain phrase material with ``phrases=True``);
 4. Unicode NFC, the typographic apostrophe ``’`` made ``'`` (the file uses both), single spaces,
    no space before ``, . ! ?``.
 
 A part is a **sentence pair** (``is_sentence``) when both sides start with a capital letter, a
 digit or an opening quote, end with ``.``, ``?`` or ``!``, have ``min_words`` to ``max_words``
 words, and hold no placeholder (``etw.``, ``jdn.``, ``sth.``, ``sb.``), no ``…`` and no slash of
-unknown extent: 16,748 pairs of 3 to 12 words in the version "devel 2023-01-30". Everything else
+unknown extent: 15,618 pairs of 3 to 12 words in the version "devel 2023-01-30". Everything else
 (about 370,000 words, phrases and sentences of other lengths) can be extra training material
 (``phrases=True``), never validation or test.
+
+One reference per pair. Where the dictionary translates one sentence several ways (a later
+synonym after ``;``, or the same sentence in several entries), the later synonyms are dropped
+(step 2) and the entries stay separate pairs; the split puts all pairs of one source in one
+split (``splits.group_pairs``), so a test source with two translations is scored once against
+each. They are not made extra reference streams for sacreBLEU: only a few sentences have one
+(7 of the 917 test sources), and a second reference for a few sentences would make scores
+incomparable with every single-reference score the book reports.
 """
 from __future__ import annotations
 
@@ -72,9 +93,73 @@ _VARIANT = re.compile(r" /[^\s/]*?(?=[.,!?]*(?: |$))")
 _NOT_CLEAN = re.compile(r"[{}\[\]<>()…]|\.\.\.| /|/ |[.?!'\"“”„]/")
 _PLACEHOLDERS = re.compile(r"(?<!\w)(etw|jdn|jdm|jds|jd|sth|sb)\.", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.?!][\"'“”»«‘’]?$")
+_SENTENCE_ENDS = tuple(".?!\"'“”»«‘’")
 _OPENING_QUOTES = "\"'„“‚‘»«"
 # Patterns that start with a literal character: Python's re then skips quickly to candidates,
 # which keeps the passes over the whole file fast.
+
+
+# Closed-class words of the two languages: a slash group whose alternatives mix these with other
+# words ("ist/befindet sich", "money/a good salary") is an alternative of several words.
+_FUNCTION_WORDS = frozenset("""
+a an the this that these those my your his her its our their some any no every each all both
+either neither is are was were be been being am has have had do does did will would shall should
+can could may might must not to of in on at by for with without from into onto about over under
+after before since until than as and or but nor if when where while why how what which who whom
+whose there here it i you he she we they me him us them one up out off down away back
+der die das den dem des ein eine einen einem einer eines kein keine keinen keinem keiner keines
+mein meine meinen meinem meiner meines dein deine deinen deinem deiner deines sein seine seinen
+seinem seiner seines ihr ihre ihren ihrem ihrer ihres unser unsere unseren unserem unserer euer
+eure ist sind war waren bin bist seid hat habe hast haben hatte hatten wird werden wurde wurden
+kann können konnte konnten muss müssen musste soll sollen sollte will wollen wollte darf dürfen
+mag möchte nicht nie auch noch schon nur im an am auf aus bei mit nach von vom zu zum zur für
+gegen ohne um durch über unter vor hinter neben zwischen und oder aber denn dass wenn ob als wie
+was wer wo warum ich du er sie es wir mich dich sich uns euch mir dir ihm ihnen man da dann so
+darauf daran dazu davon dafür damit darüber
+""".split())
+# What a word is compared by: lower case, without the punctuation around or inside it.
+_WORD_KEY = str.maketrans("", "", ".,;:!?\"'„“”‚‘»«")
+_WORD_PUNCTUATION = re.compile("[.,;:!?\"'„“”‚‘»«]+")  # the same, faster on a whole file
+
+
+def _word_key(word: str) -> str:
+    return word.lower().translate(_WORD_KEY)
+
+
+def _is_ending(alternative: str) -> bool:
+    """``r`` and ``s`` in ``meine/r/s``, ``in`` in ``Lehrer/in``: an ending, not a word."""
+    return len(alternative) <= 2 and alternative.islower() and \
+        (alternative not in _FUNCTION_WORDS or alternative == "in")
+
+
+def _slash_extent(text: str) -> tuple[bool, frozenset]:
+    """Slash alternatives of a first synonym -> (whether each alternative reads as one word by
+    the local checks of the module's docstring, the word pairs each alternative forms with its
+    neighbours: the file must write every one of them elsewhere)."""
+    words = text.split()
+    groups = [i for i, word in enumerate(words) if _ALTERNATIVES.fullmatch(word)
+              and not word.replace("/", "").replace(".", "").replace(",", "").isdigit()]
+    if any(b - a == 2 for a, b in zip(groups, groups[1:])):  # "fallen/come down on/for"
+        return False, frozenset()
+    keys = [[_word_key(w) for w in word.split("/")] for word in words]
+    pairs = set()
+    for i in groups:
+        alternatives = keys[i][:1] + [a for a in keys[i][1:] if not _is_ending(a)]
+        if not all(alternatives):
+            return False, frozenset()
+        if len({a in _FUNCTION_WORDS for a in alternatives}) > 1:
+            return False, frozenset()
+        shown = [a.strip(".,;:!?\"'„“”‚‘»«") for a in words[i].split("/")]
+        shown = shown[:1] + [a for a in shown[1:] if not _is_ending(a)]
+        if i > 0 and len({a[:1].isupper() for a in shown}) > 1:
+            return False, frozenset()
+        before = keys[i - 1] if i > 0 else []
+        after = keys[i + 1] if i + 1 < len(words) else []
+        if set(alternatives[1:]) & set(before) or alternatives[0] in after:
+            return False, frozenset()  # "unter null/unter dem", "einmal/irgendwann einmal"
+        pairs.update((b, a) for b in before for a in alternatives)
+        pairs.update((a, c) for a in alternatives for c in after)
+    return True, frozenset(pairs)
 
 
 def _first_alternative(match: re.Match) -> str:
@@ -103,21 +188,29 @@ def _clean_text(text: str) -> str:
     return re.sub(" (?=[,.!?])", "", text)
 
 
-def _first_synonym(part: str) -> tuple[str, bool]:
+_NO_PAIRS: frozenset = frozenset()
+
+
+def _first_synonym(part: str) -> tuple[str, bool, frozenset]:
     """A cleaned part -> (its first synonym with slash alternatives resolved (steps 2 and 3),
-    whether it is clean enough to be a sentence)."""
+    whether it is clean enough to be a sentence, the word pairs its alternatives need attested
+    in the file (``_slash_extent``))."""
     text = part.split(";", 1)[0].strip()
     clean = not _NOT_CLEAN.search(text)
+    pairs = _NO_PAIRS
     if "/" in text:
         text = _VARIANT.sub("", _SPACED_SLASH.sub("", text))
+        if clean and text.endswith(_SENTENCE_ENDS):  # only what may be a sentence
+            clean, pairs = _slash_extent(text)
         text = _ALTERNATIVES.sub(_first_alternative, text)
     if not clean:
         text = " ".join(_STRAY_BRACKET.sub(" ", text).split())
-    return text.strip(" /"), clean
+    return text.strip(" /"), clean, pairs
 
 
-def _parts(line: str) -> list[tuple[str, str, bool]]:
-    """A cleaned line -> (German, English, clean) per part; [] if it is no entry."""
+def _parts(line: str) -> list[tuple[str, str, bool, frozenset]]:
+    """A cleaned line -> (German, English, clean, word pairs to attest) per part; [] if it is
+    no entry."""
     german, separator, english = line.partition(_SIDE)
     if not separator or line.startswith("#"):
         return []
@@ -126,10 +219,20 @@ def _parts(line: str) -> list[tuple[str, str, bool]]:
         return []
     out = []
     for de_part, en_part in zip(german_parts, english_parts):
-        (de, de_clean), (en, en_clean) = _first_synonym(de_part), _first_synonym(en_part)
+        (de, de_clean, de_pairs), (en, en_clean, en_pairs) = \
+            _first_synonym(de_part), _first_synonym(en_part)
         if de and en:
-            out.append((de, en, de_clean and en_clean))
+            clean = de_clean and en_clean
+            out.append((de, en, clean, de_pairs | en_pairs if clean else _NO_PAIRS))
     return out
+
+
+def _attested(text: str, wanted: set) -> set:
+    """The word pairs of ``wanted`` that occur, as two plain neighbouring words, somewhere in
+    the cleaned ``text`` (a word with a slash in it attests nothing). One pass over the words."""
+    words = _WORD_PUNCTUATION.sub("", text.lower()).replace("\n", " \n ").split(" ")
+    firsts = {first for first, _ in wanted}
+    return {pair for pair in zip(words, words[1:]) if pair[0] in firsts and pair in wanted}
 
 
 def clean_part(part: str) -> tuple[str, bool]:
@@ -141,13 +244,13 @@ def clean_part(part: str) -> tuple[str, bool]:
     """
     if not isinstance(part, str):
         raise TypeError(f"part must be a str, got {type(part).__name__}")
-    return _first_synonym(_clean_text(part.replace("\n", " ")))
+    return _first_synonym(_clean_text(part.replace("\n", " ")))[:2]
 
 
 def is_sentence(text: str, min_words: int = 3, max_words: int = 12) -> bool:
     """Whether a clean text reads as a full sentence of ``min_words`` to ``max_words`` words
     (see the module's docstring)."""
-    if not text or text[-1] not in ".?!\"'“”»«‘’":
+    if not text.endswith(_SENTENCE_ENDS):
         return False
     if not min_words <= len(text.split()) <= max_words:
         return False
@@ -167,7 +270,7 @@ def parse_line(line: str) -> list[tuple[str, str, bool]]:
     line = line.rstrip("\r\n")
     if not line.strip() or line.startswith("#"):
         return []
-    return _parts(_clean_text(line.replace("\n", " ")))
+    return [part[:3] for part in _parts(_clean_text(line.replace("\n", " ")))]
 
 
 @functools.lru_cache(maxsize=2)
@@ -194,6 +297,11 @@ def _parse_file(path: str, mtime_ns: int, size: int) -> tuple[str, tuple, dict]:
             german, _, english = line.partition(_SIDE)
             counts["unmatched_lines"] += german.count(_PART) != english.count(_PART)
         parts.extend(triples)
+    wanted = set().union(*(pairs for *_, pairs in parts))
+    attested = _attested("\n".join(lines), wanted) if wanted else set()
+    readable = [pairs <= attested for *_, pairs in parts]
+    counts["slash_parts_unattested"] = readable.count(False)
+    parts = [(de, en, clean and ok) for (de, en, clean, _), ok in zip(parts, readable)]
     counts["parts"] = len(parts)
     counts["parse_seconds"] = round(time.perf_counter() - start, 2)
     return version, tuple(parts), counts
@@ -221,7 +329,7 @@ def _check_path(path) -> str:
 
 def load_ding(path=DING_PATH, direction: str = "de-en", phrases: bool = False,
               min_words: int = 3, max_words: int = 12, fractions: dict | None = None) -> Corpus:
-    """The Ding dictionary's sentence pairs, split by a hash of the source (``split_pairs``).
+    """The Ding dictionary's sentence pairs, split with their near-duplicates (``split_pairs``).
 
     ``direction`` is "de-en" or "en-de". ``phrases=True`` adds every other part (words,
     phrases, sentences outside the length range) as ``extra_train``, except those whose source
