@@ -27,20 +27,15 @@ class DecoderLayer(nn.Module):
     memory_mask broadcastable to (B, H, Lt, Ls) -> (B, Lt, d_model); with ``need_weights=True``
     also the self- and cross-attention weights. ``cache`` (a dict, see ``Decoder.new_cache``)
     enables incremental decoding: x then holds only the new positions.
-    ``attention_dropout`` and ``activation_dropout`` as in ``EncoderLayer`` (None: ``dropout``).
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
-                 attention_dropout=None, activation_dropout=None):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
         super().__init__()
         check_bool("norm_first", norm_first)
         self.norm_first = norm_first
-        attention_dropout = dropout if attention_dropout is None else attention_dropout
-        activation_dropout = dropout if activation_dropout is None else activation_dropout
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=activation_dropout,
-                                           activation=activation)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
         self.norm3 = LayerNorm(d_model)
@@ -88,12 +83,11 @@ class Decoder(nn.Module):
     """
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, norm_first=False,
-                 activation="relu", attention_dropout=None, activation_dropout=None):
+                 activation="relu"):
         super().__init__()
         check_positive_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation,
-                         attention_dropout, activation_dropout)
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation)
             for _ in range(num_layers)
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()

@@ -16,24 +16,16 @@ class EncoderLayer(nn.Module):
     Post-norm (the paper, ``norm_first=False``):  x = norm(x + dropout(sublayer(x)))
     Pre-norm (``norm_first=True``):               x = x + dropout(sublayer(norm(x)))
 
-    ``dropout`` acts on each sublayer's output (the residual branch, the paper's), and by
-    default also on the attention weights and inside the feed-forward layer;
-    ``attention_dropout`` and ``activation_dropout`` set those two apart (None: ``dropout``).
-
     x (B, L, d_model), mask broadcastable to (B, H, L, L) -> (B, L, d_model);
     with ``need_weights=True`` also the self-attention weights (B, H, L, L).
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
-                 attention_dropout=None, activation_dropout=None):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
         super().__init__()
         check_bool("norm_first", norm_first)
         self.norm_first = norm_first
-        attention_dropout = dropout if attention_dropout is None else attention_dropout
-        activation_dropout = dropout if activation_dropout is None else activation_dropout
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=attention_dropout)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=activation_dropout,
-                                           activation=activation)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)
@@ -65,12 +57,11 @@ class Encoder(nn.Module):
     """
 
     def __init__(self, num_layers, d_model, num_heads, d_ff, dropout=0.1, norm_first=False,
-                 activation="relu", attention_dropout=None, activation_dropout=None):
+                 activation="relu"):
         super().__init__()
         check_positive_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation,
-                         attention_dropout, activation_dropout)
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first, activation)
             for _ in range(num_layers)
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()

@@ -85,10 +85,18 @@ class Transformer(nn.Module):
         self.tgt_embed = (self.src_embed if share_embeddings
                           else TokenEmbedding(tgt_vocab_size, d_model, pad_id, scale))
         self.pos_enc = PositionalEncoding(d_model, max_len, dropout, interleaved_pe)
-        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation,
-                      attention_dropout, activation_dropout)
+        layer_args = (d_model, num_heads, d_ff, dropout, norm_first, activation)
         self.encoder = Encoder(num_encoder_layers, *layer_args)
         self.decoder = Decoder(num_decoder_layers, *layer_args)
+        # The layers take one rate (as the chapters show them); the rates on the attention
+        # weights and inside the feed-forward layers are set apart here, if asked for.
+        for layer in [*self.encoder.layers, *self.decoder.layers]:
+            if attention_dropout is not None:
+                layer.self_attn.dropout = attention_dropout  # a rate, passed on at each call
+                if hasattr(layer, "cross_attn"):
+                    layer.cross_attn.dropout = attention_dropout
+            if activation_dropout is not None:
+                layer.ffn.dropout.p = activation_dropout
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=output_bias)
         if output_bias:
             nn.init.zeros_(self.generator.bias)
