@@ -14,7 +14,9 @@ checkpoint's ``training["run"]`` that ``--resume`` compares):
   inside the feed-forward layers, apart from ``dropout`` (None: ``dropout``'s rate);
 - ``word_dropout``: source tokens replaced by <unk> in training (``WordDropout``);
 - ``bpe_dropout``: BPE-dropout (Provilkov et al. 2020), both sides of every training
-  example written in new pieces at each pass, never at evaluation;
+  example written in new pieces at each pass, never at evaluation (its draws come from
+  the ``tokenizers`` library's generator, which cannot be seeded: such a run is not
+  reproducible bit for bit, and a resumed one continues with new draws);
 - ``bidirectional``: one model for both directions, each pair used both ways with the
   target language's tag before its source (``<2en>``, ``<2de>``); it translates with
   ``<2{tgt_lang}>`` (``Translator.source_tag``);

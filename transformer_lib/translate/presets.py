@@ -28,6 +28,10 @@ PRESETS = {
                  d_ff=2048),
 }
 
+# More knobs, off unless asked for and so not part of the recipe yet (attention and
+# activation dropout, BPE-dropout, bidirectional training, the dictionary as tagged extra
+# data): train_corpus's keywords, described in pipeline.py.
+#
 # The recipe for real sentences (any preset). Pre-norm: with high learning rates and
 # few steps it trains more steadily than the paper's post-norm. Tied embeddings: one
 # joint subword vocabulary for German and English, so source, target and output share
