@@ -145,3 +145,33 @@ def run_cli(args: list[str], env: dict | None = None, timeout: float = 600):
         child.args, child.returncode, out_file.read(), err_file.read()
     )
     return done, peak / 1024
+
+
+def grade_restricted(nb, tasks, seed: int = 5) -> dict:
+    """Grade ``nb`` on ``tasks`` in this process the way the cases interpreter does
+    (``runner/serve.py``): its graded definitions compiled as restricted Python and run
+    through the guards, then every case, then the judge. Fast (no sandbox, no kernel):
+    for the rules of graded code. Returns {task: verdict} and "defined": the
+    definitions' errors."""
+    from transformer_grader.engine import definitions, source_check
+    from transformer_grader.engine.verdict import judge_task, plan_item
+    from transformer_grader.runner.plan import run_task
+    from transformer_grader.runner.restricted import Guards, compile_graded, library_modules
+    from transformer_grader.runner.serve import define
+    from transformer_grader.tasks import TASKS
+
+    source = definitions.Source(source_check.code_cells(nb))
+    names = [n for t in tasks for n in TASKS[t].names]
+    banned = sorted({b for t in tasks for b in TASKS[t].banned})
+    guards = Guards(banned, library_modules(banned))
+    namespace = guards.namespace()
+    out = {"defined": define(source.definitions(names), namespace, compile_graded)}
+    for task in tasks:
+        cases = TASKS[task].make_cases(TASKS[task].names, seed)
+        entry = run_task(plan_item(TASKS[task], cases), namespace)
+        entry["hits"] += [h for h in guards.hits if h not in entry["hits"]]
+        entry["refused"] = [f"{why} ({where})" for why, where in guards.refused]
+        out[task] = judge_task(TASKS[task], cases, entry)
+        if out["defined"]:  # as submission._grade_group says it
+            out[task]["feedback"] += "\n(while defining: " + "; ".join(out["defined"][:3]) + ")"
+    return out

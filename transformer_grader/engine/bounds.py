@@ -150,7 +150,7 @@ def bounded_entry(entry):
     outputs = entry.get("outputs")
     outputs = outputs if isinstance(outputs, list) else []
     clean = {"outputs": [bounded(o) for o in outputs[:MAX_ITEMS]]}
-    for key in ("hits", "tampered", "found"):
+    for key in ("hits", "tampered", "found", "refused"):
         items = entry.get(key)
         if isinstance(items, (list, tuple)):
             clean[key] = [str(i)[:300] for i in items[:50]]

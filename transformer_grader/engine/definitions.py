@@ -276,11 +276,30 @@ def _bound_names(node) -> list[str]:
 
 
 def _used_names(node) -> set[str]:
-    return {
-        inner.id
-        for inner in ast.walk(node)
-        if isinstance(inner, ast.Name) and not isinstance(inner.ctx, ast.Store)
-    }
+    """The notebook-level names a top-level statement reads: at its own level every
+    name it reads; inside its functions and classes only the names that are global
+    there (``symtable``'s scopes), so a function's local never pulls in a top-level
+    binding of the same name (issue 37: an exploratory cell that reused a local's
+    name)."""
+    import symtable
+
+    try:
+        table = symtable.symtable(ast.unparse(node), "<graded>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {
+            inner.id
+            for inner in ast.walk(node)
+            if isinstance(inner, ast.Name) and not isinstance(inner.ctx, ast.Store)
+        }
+    found: set[str] = set()
+    todo = [(table, True)]
+    while todo:
+        scope, top = todo.pop()
+        for symbol in scope.get_symbols():
+            if symbol.is_referenced() and (top or symbol.is_global()):
+                found.add(symbol.get_name())
+        todo.extend((child, False) for child in scope.get_children())
+    return found
 
 
 def _narrowed(node, needed: set):

@@ -46,7 +46,7 @@ def request_bytes(definitions: list[dict], tasks: list[dict]) -> bytes:
 
 class _Frames:
     """The runner's frames, read from its standard output, assembled into a report
-    ``{"tasks": {task: {"found", "outputs", "hits", "tampered"}}, "defined": [...],
+    ``{"tasks": {task: {"found", "outputs", "hits", "tampered", "refused"}}, "defined": [...],
     "done": bool}``."""
 
     def __init__(self, limit: int = MAX_RESULTS_BYTES):
@@ -70,6 +70,7 @@ class _Frames:
                 "outputs": [],
                 "hits": [],
                 "tampered": [],
+                "refused": [],
             }
         else:
             entry = report["tasks"][str(item["task"])]
@@ -78,6 +79,7 @@ class _Frames:
             entry["outputs"].append(item["output"])
             entry["hits"] = [str(h) for h in item.get("hits") or []]
             entry["tampered"] = [str(t) for t in item.get("tampered") or []]
+            entry["refused"] = [str(r) for r in item.get("refused") or []]
 
     async def consume(self, stream) -> None:
         while True:

@@ -117,12 +117,18 @@ def judge_task(
     absent = [n for n in task.names if n not in found]
     if absent and len(absent) < len(task.names):
         feedback += f"\n(not found: {', '.join(absent)})"
+    flags = [f"{task.name}: {refused[0]}"] if refused else []
+    # what the guards of restricted Python refused (no reference reached): for review
+    flags += [
+        f"{task.name}: graded code was refused: {r}"
+        for r in (entry.get("refused") or [])[:5]
+    ]
     return {
         "score": result.score,
         "passed": result.passed,
         "total": result.total,
         "feedback": feedback,
-        "flags": [f"{task.name}: {refused[0]}"] if refused else [],
+        "flags": flags,
     }
 
 

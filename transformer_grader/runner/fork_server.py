@@ -203,7 +203,10 @@ def main() -> int:
     os.dup2(2, 1)  # nothing this process prints may go anywhere but its log
     import torch  # noqa: F401 - the cost every child would otherwise pay
 
-    from . import dispatch, plan, serve  # noqa: F401 - likewise
+    from . import dispatch, plan, restricted, serve  # noqa: F401 - likewise
+
+    restricted.rules.policy()  # RestrictedPython's transformer, built once
+    restricted.library_modules(())  # (imports the library's package list)
 
     # what the tasks' cases would import on first use, in every child (``Task.imports``:
     # an optimizer's first construction imports PyTorch's compiler stack, ~1.2 s of CPU)

@@ -14,11 +14,15 @@ Before any of the student's code exists here, it
 2. blocks those operators in the dispatcher (``dispatch.block``) and makes the check
    functions placeholders;
 
-then it runs the definitions, each statement compiled under its cell's name, and every
-case under a ``Guard`` (``plan.run_task``), sending one frame per case on the grader's
+then it runs the definitions, each statement compiled as restricted Python under its
+cell's name (``restricted``: every attribute access, import, item access and iteration
+goes through its guards) with the watch (``Guard``) already on, so that what a
+definition does is seen like what a case does; and every case under a ``Guard``
+(``plan.run_task``), sending one frame per case on the grader's
 pipe. A frame is ``MAGIC``, an 8-byte big-endian length and a ``torch.save``d dict:
 ``{"task", "found"}`` when a task starts, ``{"task", "index", "output", "hits",
-"tampered"}`` after each case, ``{"done": True}`` at the end. The grader reads them as
+"tampered", "refused"}`` after each case (``refused``: what the guards refused that
+reaches no reference, for the instructor's review), ``{"done": True}`` at the end. The grader reads them as
 data (``submission``) and judges outside.
 """
 
@@ -67,8 +71,10 @@ def send(fd: int, item: dict) -> None:
         view = view[written:]
 
 
-def define(definitions: list[dict], namespace: dict) -> list[str]:
-    """Run the graded definitions in ``namespace``; the errors they raised, in words."""
+def define(definitions: list[dict], namespace: dict, compile_graded=None) -> list[str]:
+    """Run the graded definitions in ``namespace``; the errors they raised, in words.
+    ``compile_graded(source, filename) -> (code, errors)`` compiles them (restricted
+    Python); None: plain ``compile`` (code the caller trusts)."""
     errors = []
     for item in definitions:
         filename, source = str(item["file"]), str(item["source"])
@@ -78,12 +84,25 @@ def define(definitions: list[dict], namespace: dict) -> list[str]:
             [line + "\n" for line in source.splitlines()],
             filename,
         )
+        line = source.strip().splitlines()[0][:80] if source.strip() else ""
+        if compile_graded is None:
+            code, refused = compile(source, filename, "exec"), []
+        else:
+            try:
+                code, refused = compile_graded(source, filename)
+            except SyntaxError as error:
+                code, refused = None, [f"Line {error.lineno}: {error.msg}"]
+        if code is None:
+            errors.append(
+                f"{filename[1:-1]} ({line}) is not allowed in graded code: "
+                + "; ".join(str(r) for r in refused[:3])
+            )
+            continue
         try:
-            exec(compile(source, filename, "exec"), namespace)
+            exec(code, namespace)
         except BaseException as error:  # noqa: BLE001 - the student's code
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
-            line = source.strip().splitlines()[0][:80] if source.strip() else ""
             errors.append(
                 f"{filename[1:-1]} ({line}) raised {type(error).__name__}:"
                 f" {str(error)[:200]}"
@@ -104,25 +123,40 @@ def answer(raw: bytes, fd: int) -> int:
 
     request = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     from . import dispatch
+    from .guard import Guard
     from .plan import bootstrap, run_task
+    from .restricted import Guards, compile_graded, library_modules
 
     dispatch.block(sorted({op for item in request["tasks"] for op in item["ops"]}))
     bootstrap(None)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    errors = define(request["definitions"], namespace)
+    banned = sorted({b for item in request["tasks"] for b in item["banned"]})
+    guards = Guards(banned, library_modules(banned))
+    namespace = guards.namespace()
+    # The watch starts before any graded definition runs: what a definition does (a
+    # table computed, a reference reached) is seen like what a case does.
+    with Guard(banned, [namespace]) as watch:
+        errors = define(request["definitions"], namespace, compile_graded)
+    early_hits, early_tampered = list(watch.hits), list(watch.tampered)
     send(fd, {"defined": errors})
     for item in request["tasks"]:
+        mine = set(item["banned"])
 
-        def save(entry, task=item["task"]):
+        def ours(labels, mine=mine):
+            return [h for h in labels if h in mine or h.startswith(tuple(m + "." for m in mine))]
+
+        def save(entry, task=item["task"], ours=ours):
             index = len(entry["outputs"]) - 1
+            hits = entry["hits"] + [h for h in dispatch.HITS]
+            hits += [h for h in ours(early_hits + guards.hits) if h not in hits]
             send(
                 fd,
                 {
                     "task": task,
                     "index": index,
                     "output": entry["outputs"][index],
-                    "hits": entry["hits"] + [h for h in dispatch.HITS],
-                    "tampered": entry["tampered"],
+                    "hits": hits,
+                    "tampered": entry["tampered"] + early_tampered,
+                    "refused": [f"{why} ({where})" for why, where in guards.refused],
                 },
             )
 
