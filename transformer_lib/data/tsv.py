@@ -1,8 +1,10 @@
 """Any tab-separated file of sentence pairs as a corpus: Tatoeba's and Anki's ``deu.txt`` style.
 
 Those files hold one pair a line, ``English<TAB>German<TAB>attribution``; any column can be the
-source or the target, and the other columns are ignored. The pairs are split by a hash of the
-source (``splits.split_of``), as every real corpus here is.
+source or the target, and the other columns are ignored. The pairs are split as every real
+corpus here is (``splits.split_pairs``): near-duplicates are grouped first (same normalised
+source or target, one source inside another, or 0.9 character similarity), and each group goes
+whole to the split that a hash of its smallest normalised source names.
 """
 from __future__ import annotations
 
