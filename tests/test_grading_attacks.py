@@ -669,12 +669,6 @@ def test_several_attempts_are_flagged_and_never_the_best_kept(attacked):
     assert "none was graded" in liam["flags"]
 
 
-def test_sandboxing_costs_little(attacked):
-    """Not a timing test: a sanity bound on a batch with a 20 s flood and a 20 s
-    timeout, graded two at a time."""
-    assert attacked["seconds"] < 400
-
-
 def test_switching_the_watch_off_in_a_two_task_assignment(tmp_path):
     """Assignment 7 (the schedule and a training step, one kernel): the guard switched
     off and the library's references called, for both tasks."""
