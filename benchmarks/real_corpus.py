@@ -261,7 +261,11 @@ def merge(paths: list[str], out: str) -> dict:
     for path, f in zip(paths, files):
         if f.get("schema") != SCHEMA:
             raise ValueError(f"{path}: schema {f.get('schema')}, not {SCHEMA}: not comparable")
-        if f["corpus"] != files[0]["corpus"]:
+        # the same sentences and splits; "extra" (the dictionary's pairs, loaded only by the
+        # runs that use them) may differ
+        same = {k: v for k, v in f["corpus"].items() if k != "extra"}
+        first = {k: v for k, v in files[0]["corpus"].items() if k != "extra"}
+        if same != first:
             raise ValueError(f"{path}: measured on {f['corpus']}, not {files[0]['corpus']}")
     header = {k: v for k, v in files[0].items() if k not in ("results", "final")}
     rows = sorted((r for f in files for r in f["results"]),
