@@ -36,9 +36,14 @@ CHECKED = HONEST_ATTENTION.replace(
 
 
 def _definitions(*sources: str) -> list[dict]:
+    """The request's definitions: ``CHECKED`` is graded code (restricted Python); the
+    rest is *trusted* (plain Python, ``serve.define``), standing for code that got past
+    restricted Python: what the sandbox, the seccomp filter and the warm parent must
+    hold on their own."""
     head = "import math, os, signal, subprocess, sys, time\nimport torch\n"
-    return [{"file": "<cell 1>", "source": head}] + [
-        {"file": f"<cell {i + 2}>", "source": s} for i, s in enumerate(sources)
+    return [{"file": "<cell 1>", "source": head, "trusted": True}] + [
+        {"file": f"<cell {i + 2}>", "source": s, "trusted": s is not CHECKED}
+        for i, s in enumerate(sources)
     ]
 
 
@@ -138,12 +143,105 @@ def test_a_warm_server_answers_what_a_fresh_interpreter_answers(servers):
             assert all(torch.equal(p, q) for p, q in zip(x, y))
 
 
+# Every way to leave something for the next notebook that the seccomp filter refuses
+# (``runner/syscalls.py``): each attempt must fail with EPERM in the child itself.
+ATTEMPTS = """
+import ctypes, errno, multiprocessing
+_libc = ctypes.CDLL(None, use_errno=True)
+_refused = {}
+def _raises_eperm(name, action):
+    try:
+        action()
+    except OSError as error:
+        _refused[name] = error.errno == errno.EPERM
+    else:
+        _refused[name] = False
+def _fork():
+    if os.fork() == 0:  # (without the filter: the copy leaves at once)
+        os._exit(0)
+def _c_eperm(name, result):
+    _refused[name] = result == -1 and ctypes.get_errno() == errno.EPERM
+# (the C library's system(): 127 as the status when no shell could be started)
+_refused["os.system"] = os.system("sleep 300 &") in (-1, 127 << 8)
+_raises_eperm("subprocess", lambda: subprocess.Popen(["sleep", "300"], start_new_session=True))
+_raises_eperm("os.fork", _fork)
+_raises_eperm("multiprocessing", lambda: multiprocessing.get_context("fork").Process(
+    target=time.sleep, args=(300,)).start())
+_raises_eperm("multiprocessing spawn", lambda: multiprocessing.get_context("spawn").Process(
+    target=time.sleep, args=(300,)).start())
+_c_eperm("mq_open", _libc.mq_open(b"/tt-note", os.O_CREAT | os.O_RDWR, 0o600, None))
+# add_key("user", "tt-note", "hello", 5, KEY_SPEC_USER_KEYRING); keyctl(GET_KEYRING_ID)
+_ADD_KEY, _KEYCTL = 248, 250  # x86_64
+_c_eperm("add_key", _libc.syscall(_ADD_KEY, b"user", b"tt-note", b"hello",
+                                  ctypes.c_size_t(5), ctypes.c_int(-4)))
+_c_eperm("keyctl", _libc.syscall(_KEYCTL, 0, ctypes.c_int(-4), 1))
+import threading
+_thread = threading.Thread(target=lambda: None)
+_thread.start()
+_thread.join()  # threads stay allowed: PyTorch's pool is threads
+def _ok():
+    missing = [name for name, refused in _refused.items() if not refused]
+    assert not missing, missing
+    return True
+"""
+
+
+def test_the_cases_child_may_start_no_process_queue_or_key(servers):
+    """The seccomp filter answers EPERM (an error the student sees, not a kill) to a
+    new process by every route, a program started, a POSIX message queue and a key;
+    a thread still starts. The child's honest answer then scores 1.0 (``_ok`` checks
+    every attempt was refused) and the server is kept: nothing was left."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the keyring calls are numbered for x86_64")
+    pool, edition = servers
+    assert _grade(pool, edition, _definitions(ATTEMPTS, CHECKED)) == (1.0, "")
+    assert _server_pid(pool) is not None
+    _next_passes(
+        pool,
+        edition,
+        "mine = {1, os.getpid(), os.getppid()}\n"
+        "alive = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine]\n"
+        "queues = os.listdir('/dev/mqueue') if os.path.isdir('/dev/mqueue') else []\n"
+        "keys = [l for l in open('/proc/keys').read().splitlines()"
+        " if l.split()[7:8] != ['keyring']]\n"
+        "return not alive and not queues and not keys",
+    )
+
+
+def test_the_warm_parent_sees_a_queue_or_a_key_left_behind(tmp_path):
+    """Where a queue or a key did get made (a kernel without the filter), the parent's
+    look before reuse finds it, and the grader starts a new server."""
+    from transformer_grader.runner import fork_server
+
+    queues = tmp_path / "mqueue"
+    queues.mkdir()
+    assert fork_server._no_queue(str(queues))
+    (queues / "tt-note").write_text("QSIZE:5")
+    assert not fork_server._no_queue(str(queues))
+    assert fork_server._no_queue(str(tmp_path / "not-mounted"))
+    keys = tmp_path / "keys"
+    keyring = "1b2c3d4e I--Q---     1 perm 3f030000  1000  1000 keyring   _ses: 1"
+    keys.write_text(keyring + "\n")
+    assert fork_server._no_key(str(keys))
+    keys.write_text(keyring + "\n"
+                    "0a1b2c3d I--Q---     1 perm 3f010000  1000  1000 user      tt-note: 5\n")
+    assert not fork_server._no_key(str(keys))
+
+
 def test_no_process_a_notebook_starts_outlives_its_cases(servers):
     pool, edition = servers
     leave = _definitions(
-        "_ = [subprocess.Popen(['sleep', '300'], start_new_session=True)"
-        " for _ in range(3)]\n"
-        "if os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        "    except OSError:\n"
+        "        pass  # the seccomp filter: no new process\n"
+        "try:\n"
+        "    if os.fork() == 0:\n        time.sleep(300)\n        os._exit(0)\n"
+        "except OSError:\n"
+        "    pass\n"
         "_ok = lambda: True",
         CHECKED,
     )
@@ -240,3 +338,21 @@ def test_a_server_imports_what_its_tasks_name_once_for_every_child(servers):
         entry = report["tasks"][TASK.name]
         assert judge_task(TASK, cases, entry, problem)["score"] == 1.0, imports
     assert TASKS["train_step"].imports == ("torch._dynamo",)
+
+
+def test_without_libseccomp_the_runner_says_why_and_the_row_is_flagged(monkeypatch):
+    """Fail safe, and said: where ``libseccomp.so.2`` cannot be found the filter is not
+    loaded (nothing here is), the runner's first frame says why, and that reason
+    becomes the row's flag (``submission._grade_group``)."""
+    import ctypes.util
+
+    from transformer_grader.runner import syscalls
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    why = syscalls.install()
+    assert why == "libseccomp (libseccomp.so.2) is not installed"
+    frames = fresh._Frames()
+    frames.add({"seccomp": why})
+    assert frames.report["seccomp"] == why
+    assert "without the seccomp filter (libseccomp" in syscalls.flag(why)
+    assert fresh._Frames().report["seccomp"] is None  # unsaid: no flag

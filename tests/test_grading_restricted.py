@@ -219,3 +219,114 @@ def test_an_honest_unusual_solution_scores_one(solution):
     graded = grade_restricted(student(*cells, assignment=assignment), [task])
     assert graded[task]["score"] == 1.0, graded[task]
     assert graded["defined"] == [], graded["defined"]
+
+
+# --------------------------------------------------------------------------------------
+# The same, graded for real: sandboxed, from the command line, as a class hands in
+# --------------------------------------------------------------------------------------
+# a few routes of each kind: a builtin's module, a module reached by import from
+# another, a star-import, unpickling, compiling out of sight, a copy of the reference
+BATCH_CHEATS = ("getattr_self", "from_torch_sys", "star_pickle", "torch_load",
+                "jit_script", "compile", "ao_copy")
+
+
+@pytest.fixture(scope="module")
+def batch_rows(tmp_path_factory):
+    import csv
+
+    from classroom import grade_args, grader_processes, need_sandbox, run_cli, write
+
+    need_sandbox()
+    base = tmp_path_factory.mktemp("restricted")
+    subs, out = base / "submissions", base / "grades.csv"
+    files = {}
+    for name, (assignment, _, code, later) in HONEST.items():
+        cells = [code] + ([later] if later else [])
+        files[f"honest_{name}/{assignment}.ipynb"] = student(*cells, assignment=assignment)
+    for name in BATCH_CHEATS:
+        assignment, _, code = CHEATS[name]
+        files[f"cheat_{name}/{assignment}.ipynb"] = student(code, assignment=assignment)
+    write(subs, files)
+    args = grade_args(subs, out, "--seed", "11", "--timeout", "30", "--jobs", "2",
+                      "--assignment", "03_multihead")
+    done, _ = run_cli(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert grader_processes() == []
+    return rows
+
+
+@pytest.mark.parametrize("solution", sorted(HONEST))
+def test_an_honest_unusual_solution_scores_one_in_a_real_batch(batch_rows, solution):
+    assignment, task, _, _ = HONEST[solution]
+    row = batch_rows[f"honest_{solution}"]
+    assert row[task] == "1.000", row
+    assert f"{assignment}: ok" in row["status"], row  # (the other: not submitted)
+    assert "seccomp" not in row["flags"], row
+    # a flag is allowed (the dead `vars()` is one, with its line), never a 0
+    if solution == "dead_vars_print":
+        assert "the grader would refuse its graded code: calls vars" in row["flags"], row
+
+
+@pytest.mark.parametrize("route", BATCH_CHEATS)
+def test_a_route_scores_zero_with_a_reason_in_a_real_batch(batch_rows, route):
+    _, task, _ = CHEATS[route]
+    row = batch_rows[f"cheat_{route}"]
+    assert row[task] == "0.000", row
+    reasons = row["flags"] + row["feedback"]
+    assert (
+        "graded code was refused" in reasons
+        or "not allowed in graded code" in reasons
+        or "not available while your work is graded" in reasons
+        or "your code used" in reasons
+        or "your code uses" in reasons
+    ), row
+
+
+# --------------------------------------------------------------------------------------
+# The notebook's own check says it first (a warning, never a failed case)
+# --------------------------------------------------------------------------------------
+def test_the_check_cell_warns_of_what_the_grader_would_refuse():
+    from transformer_grader.tasks._task import notebook_warnings
+
+    cells = [
+        (1, "import math\nimport torch"),
+        (2, ATTENTION),  # an earlier run of the same function: its last run counts
+        (3, ATTENTION.replace("    scores =", "    import os\n    scores =", 1)),
+        (4, "check_attention(scaled_dot_product_attention)"),
+    ]
+    warnings = notebook_warnings(["scaled_dot_product_attention"], cells)
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("the grader would refuse In [3], line 5: your code"
+                                  " imports os"), warnings
+    # honest code: no warning; and a result shows its warnings without failing
+    assert notebook_warnings(["scaled_dot_product_attention"], cells[:2]) == []
+    from transformer_grader import GradeResult
+
+    result = GradeResult("attention")
+    result.add("a case", True)
+    result.warnings = warnings
+    assert result and "⚠ warning: the grader would refuse In [3]" in str(result)
+    assert "warning: the grader would refuse" in result._repr_html_()
+
+
+def test_the_check_cell_reads_the_running_notebook():
+    """``check_attention`` in IPython reads the cells run so far (``In``)."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    try:
+        for source in (
+            "import math, torch",
+            HONEST["dead_vars_print"][2].replace("DEBUG = False", ""),
+            "DEBUG = False",
+            "from transformer_grader import check_attention\n"
+            "result = check_attention(scaled_dot_product_attention)",
+        ):
+            shell.run_cell(source, store_history=True)
+        result = shell.user_ns["result"]
+    finally:
+        shell.run_cell("%reset -f")
+    assert result, str(result)
+    assert any("calls vars" in w for w in result.warnings), result.warnings

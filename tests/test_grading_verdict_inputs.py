@@ -324,17 +324,16 @@ def test_statements_on_one_line_are_taken_apart():
 @pytest.mark.parametrize(
     "body, hit",
     [
-        ("return getattr(torch, name)(q)", "calls getattr with a computed name"),
         ("return vars(torch)['softmax'](q)", "(vars)"),
         ("return globals()['x']", "(globals)"),
         ("return torch.__dict__['softmax'](q)", "__dict__"),
-        ("import sys\n    return sys.modules['torch']", "sys.modules"),
-        ("import operator\n    return operator.attrgetter('x')(q)", "attrgetter"),
+        ("import sys\n    return sys.modules['torch']", "reaches the interpreter (sys)"),
+        ("import operator\n    return operator.attrgetter('x')(q)", "by a name the guards do not see"),
         ("return torch.ops.aten.softmax(q, -1, False)", "torch.ops"),
-        ("return torch._C._nn.gelu(q)", "torch._C"),
+        ("return torch._C._nn.gelu(q)", "private attribute _C of torch"),
         ("import torch.library\n    return q", "torch.library"),
         ("from torch.utils._python_dispatch import TorchDispatchMode\n    return q",
-         "_python_dispatch"),
+         "torch.utils._python_dispatch"),
         ("class M(torch.Tensor):\n        __torch_function__ = None\n    return q",
          "__torch_function__"),
         ("return get_ipython()", "get_ipython"),
@@ -343,17 +342,26 @@ def test_statements_on_one_line_are_taken_apart():
         # new tricks of the same classes (modules reached as attributes, builtins
         # reached through a builtin function, PyTorch reached again through F)
         ("return torch.sys.modules['torch']", "(.sys)"),
-        ("import random\n    return random._os.getpid()", "(._os)"),
+        ("import random\n    return random._os.getpid()", "private attribute _os of random"),
         ("import dataclasses\n    return dataclasses.sys.setprofile(None)", "(.sys)"),
         ("return print.__self__.exec('x = 1')", "__self__"),
         ("import torch.nn.functional as F\n    return F.torch._C._nn.gelu(q)",
-         "torch._C"),
+         "private attribute _C"),
         ("import torch.nn.functional as F\n    return F.torch.library.Library",
          "torch.library"),
         ("return torch.serialization.pickle.loads(b'')", "torch.serialization"),
         ("return open(300, 'wb', closefd=False).write(b'TTR1')", "(open)"),
         ("return q.__class__.__mro__[-1]", "__mro__"),
-        ("return torch.utils.cpp_extension.load_inline", "cpp_extension"),
+        ("return torch.utils.cpp_extension.load_inline", "(torch.utils"),
+        # the routes of issue 37, reported from the source as the guards refuse them
+        ("return torch.jit.script(q)", "(torch.jit)"),
+        ("return torch.compile(q)", "(torch.compile)"),
+        ("from dataclasses import *\n    return q", "imports * from dataclasses"),
+        ("from torch import sys\n    return sys", "reaches the module sys"),
+        ("match q:\n        case object(__self__=b):\n            return b",
+         "match statements are not allowed"),
+        ("return torch.load(q, weights_only=False)", "without weights_only=True"),
+        ("import torch.multiprocessing as mp\n    return mp", "starts processes"),
     ],
 )
 def test_the_policy_hits_in_graded_code(body, hit):
@@ -373,9 +381,19 @@ def test_plain_pytorch_is_not_a_policy_hit():
             s = (q @ q.transpose(-2, -1)).masked_fill(mask, float("-inf"))
             w = F.softmax(s / math.sqrt(q.size(-1)), dim=-1)
             return getattr(q, "shape"), torch.nan_to_num(w), nn.Linear(2, 2)
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                for name in ("a", "b"):  # a computed setattr: the guards decide
+                    setattr(self, name, nn.Linear(2, 2))
+                self._cache = None
+            def forward(self, x):
+                import time
+                started = time.perf_counter()
+                return getattr(self, "a")(x)
         """
     )
-    assert definitions.Source(_cells(honest)).policy_hits(["f"]) == []
+    assert definitions.Source(_cells(honest)).policy_hits(["f", "M"]) == []
 
 
 def test_honest_notebooks_have_no_review_flags_and_no_hits():

@@ -6,7 +6,7 @@
 - ``kernel``: one notebook's cells in its kernel, with the watches (``disk``,
   ``memory``, ``cgroup``, the output cap), for the status and the student's feedback;
 - ``source_check`` and ``definitions``: the source read in a bounded subprocess: each
-  task's graded definitions and the source policy; ``static``: banned names in them;
+  task's graded definitions and what the rules of graded code would refuse in them (flags); ``static``: banned names in them;
 - ``fresh``: the cases run on the graded definitions in a fresh sandboxed interpreter
   (``runner/serve.py``), beside the kernel; ``fork_servers``: in a batch, that
   interpreter forked from a warm parent per kernel slot (``runner/fork_server.py``);

@@ -1,4 +1,4 @@
-"""The graded definitions of a notebook, read from its source, and the source policy.
+"""The graded definitions of a notebook, read from its source, and the rules they break.
 
 The test cases never run in the student's kernel: the grader starts a fresh interpreter
 (``runner/serve.py``) and hands it only the notebook's *graded definitions*, taken here
@@ -16,35 +16,22 @@ Cells are read as IPython would run them (magics and ``!`` lines translated); th
 of a cell magic that runs Python (``%%capture``, ``%%time``, ...) is read as Python, so
 a graded ``def`` inside ``%%capture`` is found (and the magic is flagged).
 
-The policy is a whitelist for graded code (``policy_hits``): what an honest solution of
-these tasks needs is plain PyTorch, ``math`` and the notebook's own helpers; each of the
-following is a *hit*, with its cell and line:
+What the guards of restricted Python would refuse in graded code (``policy_hits``) is
+read from the source with the guards' own table (``runner/rules.py``: ``rules.report``,
+and RestrictedPython's compiler with the grader's policy where RestrictedPython is
+installed), one ``"why (cell N, line M)"`` each: ``import os``, ``vars()``,
+``torch.jit``, a dunder attribute, a star-import, ``torch.load`` without
+``weights_only=True``, a module changed, ... Each is a *flag* for the instructor (and a
+warning in the notebook's check cell): the score stands, since the guards refuse the
+line when it runs and code that needs it fails its cases. What depends on values at run
+time (a computed ``getattr``, a private attribute of what may be the student's own
+object) only the guards decide. The older deny-list (``_hits_in``: computed names,
+``sys.setprofile``, ``ctypes``, IPython's hooks, ...) still reads the rest of the
+notebook (``review``): flags only.
 
-- a name computed at run time: ``getattr``/``setattr``/``delattr``/``hasattr`` with a
-  name that is not a string literal, ``vars()``, ``globals()``, ``locals()``,
-  ``__dict__`` and the other attributes that reach an object's insides, ``sys.modules``,
-  ``operator.attrgetter``/``methodcaller``, ``exec``/``eval``/``compile``/``__import__``;
-- PyTorch below its public API: ``torch.ops``, ``torch._C`` (any ``torch._...``),
-  ``torch.library``, ``torch.overrides``, dispatch modes (``TorchDispatchMode``,
-  ``__torch_dispatch__``, ``__torch_function__``);
-- IPython's machinery: ``get_ipython``, its events, kernel and session;
-- changing a module: assigning to (or deleting) an attribute of an imported module;
-- an import outside ``ALLOWED_MODULES`` (``os``, ``sys``, ``ctypes``, ``gc``,
-  ``inspect``, ``threading``, ``importlib``, the grader's own packages, ...), and in
-  graded code a module reached as an attribute of another (``torch.sys``,
-  ``random._os``, ``F.torch._C``: ``_MODULE_ATTRIBUTES``, and every dotted name is also
-  checked from each ``torch`` in it), ``open`` (a descriptor of the runner's), and
-  the attributes that lead from an object to a module or a class's insides
-  (``print.__self__``, ``__mro__``, ``__reduce_ex__``, ...).
-
-This is a list, not a proof: Python offers many ways from an object to a module, and
-graded code runs in one process with the runner (``runner/serve.py``). What the list
-does not recognise can reach the runner's objects there; the list covers the routes
-known, so that what is left is rare and the row's source can still be read.
-
-In graded code a hit scores the task 0 with the reason; anywhere else in the notebook the
-same rules only flag the notebook for review. This module imports nothing but the
-standard library (and IPython's input transformer): ``source_check`` runs it in a small
+This module imports nothing but the
+standard library (IPython's input transformer, ``runner/rules.py`` by its path and
+RestrictedPython): ``source_check`` runs it in a small
 subprocess with limits, so a notebook built to make parsing explode costs that
 subprocess only.
 """
@@ -321,6 +308,37 @@ def _narrowed(node, needed: set):
     return ast.copy_location(narrowed, node)
 
 
+_RULES = None
+_PLACE = re.compile(r"\(cell (\d+), line (\d+)\)$")
+
+
+def _place(hit: str) -> tuple:
+    """(cell, line) of a hit ending "(cell N, line M)", for sorting; (inf, inf) when
+    it has none."""
+    found = _PLACE.search(hit)
+    return (int(found.group(1)), int(found.group(2))) if found else (float("inf"),) * 2
+
+
+def _rules():
+    """``runner/rules.py`` (the table the guards enforce), imported as part of the
+    package or, when this file runs on its own (``python -I definitions.py``), loaded by
+    its path."""
+    global _RULES
+    if _RULES is None:
+        if __package__:
+            from ..runner import rules
+        else:
+            import importlib.util
+            from pathlib import Path
+
+            path = Path(__file__).resolve().parents[1] / "runner" / "rules.py"
+            spec = importlib.util.spec_from_file_location("_graded_rules", path)
+            rules = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(rules)
+        _RULES = rules
+    return _RULES
+
+
 class Cell:
     """One code cell read as Python: its index, the Python source (magics translated),
     its tree (None: not Python) and the cell magic it starts with (or "")."""
@@ -541,7 +559,29 @@ class Source:
         return hits
 
     def policy_hits(self, names) -> list[str]:
-        """The policy's hits in the graded code of ``names`` (scores 0)."""
+        """What the guards of restricted Python would refuse in the graded code of
+        ``names``, read from the source with the guards' own table (``runner/rules.py``:
+        ``rules.report`` and RestrictedPython's compiler with our policy), one
+        ``"why (cell N, line M)"`` each. Flags for the instructor and warnings for the
+        student (the check cell): the score is what the cases give, since the guards
+        refuse these lines when they run."""
+        rules = _rules()
+        graded = self.graded(names)
+        bound: set = set()
+        for _, node in graded:
+            bound |= rules.bound_names(node)
+        hits: list[str] = []
+        for cell, node in graded:
+            found = rules.report(node, self.aliases, cell.where, bound)
+            for line, why in rules.compile_errors(cell.fragment(node), f"<cell {cell.index}>"):
+                found.append(f"would not compile as graded code: {why}"
+                             f" (cell {cell.index}, line {line if line else '?'})")
+            hits += [h for h in found if h not in hits]
+        return sorted(hits, key=_place)
+
+    def old_policy_hits(self, names) -> list[str]:
+        """The deny-list this grader used before restricted Python (issue 37), in the
+        graded code of ``names``: kept for ``review`` only."""
         hits = []
         for cell, node in self.graded(names):
             hits += [h for h in self._hits_in(cell, node, True) if h not in hits]

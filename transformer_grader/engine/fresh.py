@@ -47,11 +47,11 @@ def request_bytes(definitions: list[dict], tasks: list[dict]) -> bytes:
 class _Frames:
     """The runner's frames, read from its standard output, assembled into a report
     ``{"tasks": {task: {"found", "outputs", "hits", "tampered", "refused"}}, "defined": [...],
-    "done": bool}``."""
+    "seccomp": why the filter is missing ("" when it holds, None when unsaid), "done": bool}``."""
 
     def __init__(self, limit: int = MAX_RESULTS_BYTES):
         self.limit, self.read = limit, 0
-        self.report = {"tasks": {}, "defined": [], "done": False}
+        self.report = {"tasks": {}, "defined": [], "seccomp": None, "done": False}
         self.problem = ""
         self.defined_at = None
 
@@ -59,7 +59,9 @@ class _Frames:
         if not isinstance(item, dict):
             raise ValueError("a frame that is not a dict")
         report = self.report
-        if "defined" in item:
+        if "seccomp" in item:
+            report["seccomp"] = str(item["seccomp"])[:300]
+        elif "defined" in item:
             report["defined"] = [str(e) for e in item["defined"] or []][:50]
             self.defined_at = time.monotonic()
         elif item.get("done"):

@@ -421,6 +421,8 @@ class Sandbox:
         view += ["--dir", HOME, "--proc", "/proc", "--dev", "/dev"]
         # POSIX shared memory is files in /dev/shm: in memory too, so limited as /tmp
         view += ["--size", str(self.limits.tmp_mb * 2**20), "--tmpfs", "/dev/shm"]
+        if _bwrap_has("--mqueue"):  # its own message queues, for the fork server to see
+            view += ["--mqueue", "/dev/mqueue"]
         view += ["--remount-ro", "/dev"]  # its own nodes stay usable, no new files
         # the root itself (a tmpfs of bwrap's, holding the mount points) read-only: the
         # only places to write are the private folder and the small /tmp

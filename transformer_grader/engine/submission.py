@@ -5,9 +5,10 @@ definitions in fresh sandboxed interpreters, then judge here.
    instructor's assignment list) with a seed drawn for this run, so the inputs cannot be
    known in advance.
 2. The source is read in a bounded subprocess (``source_check``): the graded
-   definitions of each task (``definitions``), the references they name (``static``),
-   the source policy's hits (0 on the task) and what the rest of the notebook does that
-   deserves a look (flags). A notebook too large to read is not graded.
+   definitions of each task (``definitions``), the references they name (``static``:
+   0 on the task), what the guards of graded code would refuse in them (``rules.report``
+   through ``definitions.policy_hits``: flags with their lines, the score standing) and
+   what the rest of the notebook does that deserves a look (flags). A notebook too large to read is not graded.
 3. The tasks are split by what their references are: tasks that ban the same parts of
    the library share a kernel (and a student edition, ``edition``); an assignment whose
    tasks ban different parts (``08_greedy_cache``: the cache may not use the library's
@@ -37,7 +38,7 @@ from pathlib import Path
 from . import audit, disk, fresh, kernel, source_check, static
 from .edition import library_bans
 from ..tasks import TASKS
-from .verdict import judge_policy, judge_source, judge_task, plan_item
+from .verdict import judge_source, judge_task, plan_item, policy_flags
 
 
 def kernel_groups(tasks) -> list[list[str]]:
@@ -131,7 +132,11 @@ async def grade_notebook(
             edition=editions(library_bans(b for t in group for b in TASKS[t].banned)),
             slot=slot,
             name=f"k{slot}-{secrets.token_hex(4)}-{index}",
-            definitions=checked["groups"][index],
+            # only what a statement of the notebook is: its cell and its text
+            definitions=[
+                {"file": str(d["file"]), "source": str(d["source"])}
+                for d in checked["groups"][index]
+            ],
             timeout=timeout,
             startup_timeout=startup_timeout,
             watched=watched,
@@ -146,14 +151,12 @@ async def grade_notebook(
     for task in tasks:
         used = static.banned_among(checked["tasks"][task]["names"], TASKS[task])
         hits = checked["tasks"][task]["policy"]
-        if used:
+        if used:  # a banned reference named in graded code: 0
             verdicts[task] = judge_source(TASKS[task], cases[task], used)
-        elif hits and verdicts[task]["flags"]:  # already 0: a reference it reached
-            verdicts[task]["flags"] += judge_policy(TASKS[task], cases[task], hits)[
-                "flags"
-            ]
-        elif hits:
-            verdicts[task] = judge_policy(TASKS[task], cases[task], hits)
+        # what the guards would refuse, read from the source: a flag with its line,
+        # the score standing (the guards refused those lines when they ran, so code
+        # that needed them failed its cases; a line never run costs nothing)
+        verdicts[task]["flags"] += policy_flags(TASKS[task], hits)
     for verdict in verdicts.values():
         flags += verdict["flags"]
     return {"status": _combine(statuses), "tasks": verdicts, "flags": flags}
@@ -226,6 +229,11 @@ async def _grade_group(
     finally:
         disk.remove(private)
     flags = [f"while it ran, the notebook {f}" for f in found]
+    unfiltered = (report or {}).get("seccomp")
+    if unfiltered:  # the cases ran with the sandbox only (``runner/syscalls.py``)
+        from ..runner.syscalls import flag
+
+        flags.append(flag(unfiltered))
     if early:
         flags.append("the notebook closed the grader's audit channel")
     ran_to_the_end = (

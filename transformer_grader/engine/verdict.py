@@ -147,19 +147,16 @@ def judge_source(task: Task, cases: list[Case], used: list[str]) -> dict:
     }
 
 
-def judge_policy(task: Task, cases: list[Case], hits: list[str]) -> dict:
-    """Score 0: the graded code breaks the source policy (``definitions``)."""
-    total = len(cases)
-    return {
-        "score": 0.0,
-        "passed": 0,
-        "total": total,
-        "flags": [f"{task.name}: its graded code {h}" for h in hits[:5]],
-        "feedback": (
-            f"{task.title}: 0/{total}: your graded code {_short(hits)}, which graded"
-            " code may not do (write it with plain PyTorch: tensors, torch.nn, math)."
-        ),
-    }
+def policy_flags(task: Task, hits: list[str]) -> list[str]:
+    """Flags (no score change) for what the guards of graded code would refuse in the
+    graded code, read from its source (``definitions.policy_hits``): a rule broken that
+    reaches no reference is for the instructor's review. 0 is only for what reaches a
+    reference: a banned name in the source (``judge_source``) or a hit while the cases
+    ran (``judge_task``)."""
+    flags = [f"{task.name}: the grader would refuse its graded code: {h}" for h in hits[:5]]
+    if len(hits) > 5:
+        flags.append(f"{task.name}: and {len(hits) - 5} more lines the grader would refuse")
+    return flags
 
 
 def grade_namespace(namespace: dict, tasks=None, seed: int = 0) -> dict:

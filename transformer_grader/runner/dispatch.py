@@ -13,7 +13,7 @@ computes anything.
 
 The runner calls ``block`` in its fresh interpreter before any of the student's code
 exists there (``runner/serve.py``); the registration lives as long as the process.
-Undoing it needs ``torch.library`` or ``torch._C``, which the source policy does not
+Undoing it needs ``torch.library`` or ``torch._C``, which restricted Python does not
 allow in graded code (``definitions``).
 """
 

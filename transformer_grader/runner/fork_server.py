@@ -28,8 +28,10 @@ Between two notebooks it makes sure the next child inherits nothing from the las
   subreaper of whatever the child started, so it sees them end);
 - the child's folders (its private folder, ``/tmp``, ``/dev/shm``) must hold exactly
   what they held when this process started (the same paths, files of the same size and
-  time; empty folders it made are removed) and no System V IPC object may remain, or it
-  reports ``0``;
+  time; empty folders it made are removed), no System V IPC object, no POSIX message
+  queue (``/dev/mqueue``) and no key in a keyring (``/proc/keys``) may remain, or it
+  reports ``0`` (the children's seccomp filter, ``syscalls``, refuses queues and keys
+  in the first place: this is the second look);
 - this process is not dumpable (``PR_SET_DUMPABLE`` 0): a child running as the same
   user cannot read or write its memory through ``/proc`` or ``ptrace``. A child that
   signals it (stops or kills it) only makes the grader start a new one: the grader
@@ -172,6 +174,35 @@ def _no_ipc() -> bool:
     return True
 
 
+def _no_queue(folder: str = "/dev/mqueue") -> bool:
+    """No POSIX message queue in the sandbox's IPC namespace (the sandbox mounts its
+    ``mqueue`` file system there; where it is not mounted there is nothing to list, and
+    the children's seccomp filter refuses ``mq_open`` anyway)."""
+    try:
+        return not os.listdir(folder)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _no_key(path: str = "/proc/keys") -> bool:
+    """No key in a keyring this process can see (``/proc/keys``: the keyrings
+    themselves, empty, are fine; any other type is something a child added)."""
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except FileNotFoundError:  # a kernel without keys: nothing to keep
+        return True
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8 or fields[7] != "keyring":
+            return False
+    return True
+
+
 def _child(sock: socket.socket, read_end: int, write_end: int, raw: bytes) -> None:
     """In the forked child: become a fresh ``serve`` with its request; never returns."""
     code = 1
@@ -245,6 +276,7 @@ def main() -> int:
             pass
         clean = _kill_the_rest(own_namespace, child)
         clean = clean and _tidy(folders, log, pristine) and _no_ipc()
+        clean = clean and _no_queue() and _no_key()
         sock.sendall(DONE + (b"1" if clean else b"0"))
 
 

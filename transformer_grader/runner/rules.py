@@ -321,3 +321,210 @@ def compile_graded(source: str, filename: str):
 
     result = compile_restricted_exec(source, filename=filename, policy=policy())
     return result.code, list(result.errors)
+
+
+# --------------------------------------------------------------------------------------
+# The same rules, read from the source: what the guards would refuse, line by line
+# --------------------------------------------------------------------------------------
+# attribute names that are modules graded code may not reach, whatever they hang on
+# (``torch.sys``, ``dataclasses.sys``): the top-level names of ``DENIED_MODULES``
+_DENIED_TOP = frozenset(
+    m for m in DENIED_MODULES if "." not in m and m not in ("transformer_grader",)
+)
+
+
+_ALL_BUILTINS = frozenset(dir(__import__("builtins")))
+# names a notebook has that graded code does not, with why
+_OTHER_NAMES = {
+    "get_ipython": "uses IPython's machinery (get_ipython), which graded code does not have",
+    "__builtins__": "reaches the builtins directly (__builtins__)",
+}
+
+
+def _chain(node):
+    """``a.b.c`` for an attribute chain on a name, else None."""
+    parts = []
+    while _is(node, "Attribute"):
+        parts.append(node.attr)
+        node = node.value
+    if _is(node, "Name"):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _is(node, kind: str) -> bool:
+    return type(node).__name__ == kind
+
+
+def _resolved(aliases: dict, dotted: str) -> str:
+    head, _, rest = dotted.partition(".")
+    full = aliases.get(head)
+    if full is None:
+        return dotted
+    return f"{full}.{rest}" if rest else full
+
+
+def _dotted_why(full: str) -> str | None:
+    """Why the dotted name ``full`` (aliases resolved) would be refused, or None: a
+    denied module or object, checked from its start and again from each ``torch`` in it
+    (``F.torch.jit`` is ``torch.jit``)."""
+    parts = full.split(".")
+    starts = [0] + [i for i, p in enumerate(parts) if p == "torch" and i]
+    for start in starts:
+        here = parts[start:]
+        for cut in range(1, len(here) + 1):
+            name = ".".join(here[:cut])
+            why = DENIED_OBJECTS.get(name) or module_denied(name)
+            if why is not None and (cut > 1 or start == 0 or name in DENIED_MODULES):
+                return why
+    return None
+
+
+def report(tree, aliases: dict, where, bound=()) -> list[str]:
+    """What the guards of graded code would refuse in ``tree`` (an ``ast`` of graded
+    code), read from the source: ``"why (where)"`` lines, ``where(node)`` saying where.
+    ``aliases``: the notebook's imports (alias -> dotted name); ``bound``: the names the
+    graded code binds (a local ``open`` is not the builtin).
+
+    The same table as the guards (``restricted.Guards``): modules allowed and denied,
+    dunder and denied attributes, denied objects and builtins, star imports,
+    ``torch.load`` without ``weights_only=True``, a module changed. What depends on a
+    value at run time (a computed ``getattr``, a private attribute of an object that may
+    be the student's own) is left to the guards: they decide when the line runs."""
+    import ast
+
+    found: list[str] = []
+
+    def say(node, why):
+        entry = f"{why} ({where(node)})"
+        if entry not in found:
+            found.append(entry)
+
+    def module_why(name: str) -> str | None:
+        if name.startswith("transformer_lib"):
+            if name.startswith(("transformer_lib.grading", "transformer_lib.assignments")):
+                return "reaches the grader itself"
+            return None  # the task's banned parts: the static check of banned names
+        why = module_denied(name)
+        if why is not None:
+            return why
+        if module_allowed(name):
+            return None
+        return f"reaches the module {name}, which graded code may not use"
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                why = module_why(alias.name)
+                if why is not None:
+                    say(node, f"imports {alias.name}: {why}")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                say(node, "imports relatively")
+                continue
+            module = node.module or ""
+            why = module_why(module)
+            if why is not None:
+                say(node, f"imports {module}: {why}")
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    say(node, f"imports * from {module}")
+                    continue
+                full = f"{module}.{alias.name}"
+                why = _dotted_why(full) or (
+                    f"reaches the module {alias.name}" if alias.name in _DENIED_TOP else None
+                )
+                if why is None and alias.name.startswith("_") and not module.startswith(
+                    "__future__"
+                ):
+                    why = f"reads the private attribute {alias.name} of {module}"
+                if why is not None:
+                    say(node, f"imports {full}: {why}")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in bound:
+                continue
+            if node.id in DENIED_BUILTINS:
+                say(node, f"calls {node.id}: {DENIED_BUILTINS[node.id]}")
+            elif node.id in _OTHER_NAMES:
+                say(node, _OTHER_NAMES[node.id])
+            elif node.id not in SAFE_BUILTINS and node.id in _ALL_BUILTINS:
+                say(node, f"uses the builtin {node.id}, which graded code does not have")
+        elif isinstance(node, ast.Attribute):
+            attr, load = node.attr, isinstance(node.ctx, ast.Load)
+            verb = "reads" if load else "sets"
+            if _dunder(attr) and attr not in SAFE_DUNDERS:
+                say(node, f"{verb} the dunder attribute {attr}")
+            elif attr in DENIED_ATTRIBUTES:
+                say(node, DENIED_ATTRIBUTES[attr])
+            base = _chain(node.value)
+            head = base.split(".")[0] if base else None
+            if head is None or head not in aliases or head in bound - set(aliases):
+                continue
+            full = _resolved(aliases, f"{base}.{attr}")
+            why = _dotted_why(full)
+            if why is not None:
+                say(node, why)
+            elif attr in _DENIED_TOP:
+                say(node, f"reaches the module {attr} through an attribute (.{attr})")
+            elif attr[:1] == "_" and not _dunder(attr):
+                say(node, f"reads the private attribute {attr} of {_resolved(aliases, base)}")
+            if not load and ("." not in base or module_allowed(_resolved(aliases, base))):
+                say(node, f"changes the module {_resolved(aliases, base)}")
+        elif isinstance(node, ast.Call):
+            name = _chain(node.func)
+            full = _resolved(aliases, name) if name else ""
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            if full in ("torch.load",) and not (
+                isinstance(keywords.get("weights_only"), ast.Constant)
+                and keywords["weights_only"].value is True
+            ):
+                say(node, "calls torch.load without weights_only=True (unpickling runs code)")
+            if full in ("numpy.load",) and "allow_pickle" in keywords and not (
+                isinstance(keywords["allow_pickle"], ast.Constant)
+                and not keywords["allow_pickle"].value
+            ):
+                say(node, "calls numpy.load with allow_pickle (unpickling runs code)")
+            if name == "type" and len(node.args) != 1 and "type" not in bound:
+                say(node, "builds a class with type(name, bases, dict)")
+    return found
+
+
+def bound_names(tree) -> set:
+    """Every name ``tree`` binds anywhere (assignments, arguments, definitions,
+    imports): a name bound there is not the builtin of the same name."""
+    import ast
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+    return names
+
+
+def compile_errors(source: str, filename: str) -> list[tuple[int | None, str]]:
+    """(line, why) for each reason RestrictedPython's compiler (with our policy) refuses
+    ``source``; [] when it compiles or RestrictedPython is missing here."""
+    import re
+
+    try:
+        _, errors = compile_graded(source, filename)
+    except ImportError:
+        return []
+    except SyntaxError as error:
+        return [(error.lineno, error.msg)]
+    found = []
+    for text in errors:
+        match = re.match(r"Line (\d+): (.*)", str(text), re.S)
+        if match:
+            found.append((int(match.group(1)), match.group(2).strip()))
+        else:
+            found.append((None, str(text)))
+    return found

@@ -26,6 +26,9 @@ class GradeResult:
     def __init__(self, title: str, cases=None):
         self.title = title
         self.cases: list[tuple[str, bool, str]] = list(cases or [])
+        # what the batch grader would refuse in the graded code (``notebook_warnings``):
+        # shown to the student, never a failed case
+        self.warnings: list[str] = []
 
     # -- building ----------------------------------------------------------------------
     def add(self, name: str, passed: bool, message: str = "") -> None:
@@ -87,6 +90,7 @@ class GradeResult:
         for (name, ok, _), shown in zip(self.cases, self._shown_messages()):
             lines.append(f"  {'✓' if ok else '✗'} {name}")
             lines += [f"      {line}" for line in shown.splitlines()]
+        lines += [f"  ⚠ warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
     def _shown_messages(self) -> list[str]:
@@ -131,6 +135,11 @@ class GradeResult:
             rows.append(
                 f"<div><span style='color:{mark_colour};font-weight:bold'>{mark}</span>"
                 f" {html.escape(name)}{detail}</div>"
+            )
+        for warning in self.warnings:
+            rows.append(
+                "<div><span style='color:#9a6700;font-weight:bold'>&#9888;</span>"
+                f" warning: {html.escape(warning)}</div>"
             )
         return (
             "<div style='font-family:monospace'><div"

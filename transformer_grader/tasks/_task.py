@@ -144,4 +144,59 @@ def run_check(
         caller = task.callers[case.call]
         outputs = run_case(caller, objs, case.inputs, case.uses, case.args)
         judge_case(result, case, outputs)
+    result.warnings += notebook_warnings(task.names)
     return result
+
+
+def notebook_warnings(names, cells=None) -> list[str]:
+    """What the batch grader would refuse in the graded code of ``names`` (the rules of
+    ``runner/rules.py``, read from the source as the grader reads it), one warning per
+    line: "the grader would refuse In [N], line M: it ...". ``cells``: (execution count,
+    source) pairs; None: the IPython history of the running notebook (none outside
+    IPython). A cell run again later (the same names defined) counts once, as its last
+    run. Never raises: a warning that cannot be computed is left out."""
+    try:
+        if cells is None:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+            if shell is None:
+                return []
+            history = shell.user_ns.get("In") or []
+            cells = [(i, str(s)) for i, s in enumerate(history) if s]
+        from ..engine import definitions
+
+        cells = _last_runs(list(cells))
+        hits = definitions.Source(cells).policy_hits(list(names))
+    except Exception:  # noqa: BLE001 - a warning is a courtesy, never a failure
+        return []
+    out = []
+    for hit in hits:
+        why, _, where = hit.rpartition(" (")
+        where = where.rstrip(")").replace("cell ", "In [", 1).replace(", line", "], line", 1)
+        out.append(f"the grader would refuse {where}: your code {why}"
+                   " (the cases that need this line would fail when graded)")
+    return out
+
+
+def _last_runs(cells):
+    """``cells`` less those a later cell runs again (it defines the same top-level
+    functions and classes)."""
+    import ast
+
+    def defined(source):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return frozenset()
+        return frozenset(
+            n.name for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        )
+
+    names = [defined(s) for _, s in cells]
+    return [
+        cell
+        for i, cell in enumerate(cells)
+        if not names[i] or not any(names[i] <= later for later in names[i + 1:])
+    ]
