@@ -300,6 +300,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="recipe overrides, e.g. preset=medium dropout=0.2 (JSON values)")
+    parser.add_argument("--baselines-only", action="store_true",
+                        help="write the file's header and the baselines, train nothing")
     parser.add_argument("--out", default=OUT)
     parser.add_argument("--merge", nargs="+", default=None, metavar="FILE",
                         help="merge these results files into --out and stop")
@@ -329,7 +331,8 @@ def main(argv=None, corpus=None) -> int:
         print(f"note: --final with {len(args.seeds)} seed(s); reported points want >= 3")
     torch.set_num_threads(args.threads or args.cores)
     if corpus is None:
-        corpus = load_corpus("ding", phrases=bool(recipe["extra_pairs"] or recipe["dict_fraction"]))
+        phrases = bool(recipe["extra_pairs"] or recipe["dict_fraction"])
+        corpus = load_corpus("ding", phrases=phrases)
     everyday = load_everyday()
     base_scores, test_baselines = baselines(corpus)
     header = dict(machine_header(args.device, args.threads or args.cores, recipe),
@@ -345,6 +348,10 @@ def main(argv=None, corpus=None) -> int:
         f"{name} valid BLEU {base_scores[name]['valid']['bleu']:.2f} chrF "
         f"{base_scores[name]['valid']['chrf']:.2f}" for name in ("copy", "retrieval")))
     results = []
+    if args.baselines_only:  # the file's header and baselines, no run
+        save(args.out, dict(header, results=results))
+        print(f"wrote {args.out}")
+        return 0
     for seed in args.seeds:
         for minutes in args.minutes:
             row = run_one(recipe, minutes, seed, args.device, args.cores, corpus,
