@@ -545,13 +545,13 @@ def test_no_instructor_notebook_and_no_secret_comes_back(attacked):
     assert marker not in attacked["written"]
     assert "BEGIN SOLUTION" not in attacked["written"]
     assert SECRET not in attacked["written"] and TOKEN not in attacked["written"]
-    # its graded code opens files: the source policy scores it 0 before it runs in the
-    # cases' interpreter (in its kernel it ran and found nothing to send back; what a
-    # sandbox sees is tested in test_grading_sandbox.py)
-    feedback = _row(attacked, "instructor_reader")["feedback"]
-    assert "opens a file or a descriptor (open)" in feedback or (
-        "nothing found" in feedback
-    ), feedback
+    # its graded code imports os and opens files: flagged from the source, refused by the
+    # guards where the cases run, so its function finds nothing and says so (in its
+    # kernel it ran and found nothing to send back either; what a sandbox sees is tested
+    # in test_grading_sandbox.py)
+    row = _row(attacked, "instructor_reader")
+    assert "nothing found" in row["feedback"], row["feedback"]
+    assert "the grader would refuse its graded code: imports glob" in row["flags"], row
     for name in ("instructor_reader", "env_reader"):
         assert _row(attacked, name)["attention"] == "0.000"
 
