@@ -221,6 +221,17 @@ def test_an_honest_unusual_solution_scores_one(solution):
     assert graded["defined"] == [], graded["defined"]
 
 
+def test_everyday_builtins_and_exceptions_are_there():
+    """An honest solution may catch OSError or format with hex(): such builtins are safe
+    (the guards still stand between them and any dunder)."""
+    code = ATTENTION.replace(
+        "    scores =",
+        "    try:\n        raise OSError('no file')\n    except (OSError, RecursionError):\n"
+        "        tag = hex(len(q.shape)) + bin(0)\n    scores =", 1)
+    graded = grade_restricted(student(code, assignment="01_attention"), ["attention"])
+    assert graded["attention"]["score"] == 1.0, graded["attention"]
+
+
 # --------------------------------------------------------------------------------------
 # The same, graded for real: sandboxed, from the command line, as a class hands in
 # --------------------------------------------------------------------------------------

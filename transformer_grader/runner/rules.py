@@ -150,11 +150,16 @@ SAFE_BUILTINS = (
     "id", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min",
     "next", "object", "ord", "pow", "print", "property", "range", "repr", "reversed",
     "round", "set", "slice", "sorted", "staticmethod", "str", "sum", "super", "tuple",
-    "zip", "type", "getattr", "setattr", "hasattr", "delattr", "ArithmeticError", "AssertionError", "AttributeError", "BaseException",
+    "zip", "type", "getattr", "setattr", "hasattr", "delattr",
+    "bin", "hex", "oct", "ascii", "bytearray",
+    # exceptions and warnings: an honest `except OSError:` must not fail
+    "ArithmeticError", "AssertionError", "AttributeError", "BaseException",
     "Exception", "FloatingPointError", "ImportError", "IndexError", "KeyError",
     "LookupError", "MemoryError", "NameError", "NotImplementedError", "OverflowError",
     "RuntimeError", "RuntimeWarning", "StopIteration", "TypeError", "UserWarning",
-    "ValueError", "Warning", "ZeroDivisionError", "DeprecationWarning",
+    "ValueError", "Warning", "ZeroDivisionError", "DeprecationWarning", "OSError",
+    "FileNotFoundError", "ModuleNotFoundError", "RecursionError", "UnicodeError",
+    "FutureWarning", "PendingDeprecationWarning",
 )
 # builtins that are absent on purpose, with why (the source check names them)
 DENIED_BUILTINS = {
