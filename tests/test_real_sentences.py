@@ -1,8 +1,10 @@
 """Chapter 14 (real sentences): what it quotes from elsewhere, and what it may store.
 
-- The numbers it shows for longer training (a figure and the prose under it) are those of
-  ``benchmarks/results/real_corpus_cpu.json``, and the dictionary version it names is
-  the one those results were measured with.
+- What it shows for longer training (tables, a figure) is read from
+  ``benchmarks/results/real_corpus_cpu.json`` (schema 2) by functions of the chapter, tested
+  here on a small file of known numbers; its stored tables are the file's; the prose
+  under them quotes no number of its own; the dictionary version it names is the one
+  those results were measured with.
 - The Ding dictionary is GPL-2.0-or-later: the stored chapter may hold only a handful of
   its sentences, each where the attribution is printed, and none in the prose.
 """
@@ -15,7 +17,6 @@ import re
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from conftest import need
 
@@ -33,17 +34,6 @@ def _cells():
 
 def _markdown() -> str:
     return " ".join(" ".join(c.source.split()) for c in _cells() if c.cell_type == "markdown")
-
-
-def _literals(marker: str) -> dict:
-    cells = [c.source for c in _cells() if c.cell_type == "code" and marker in c.source]
-    assert len(cells) == 1, f"chapter 14 should have exactly one cell with {marker!r}"
-    found = {}
-    for node in ast.parse(cells[0]).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id.isupper():  # the literals, not the figure
-            found[node.targets[0].id] = ast.literal_eval(node.value)
-    return found
 
 
 def _results() -> dict:
@@ -68,40 +58,94 @@ def _quoted_text(cell) -> str:
                      if not line.strip().startswith("model:"))
 
 
-def _cpu_rows() -> list:
-    """The CPU rows measured with the library's RECIPE (the file keeps earlier recipes'
-    rows too, each with its recipe)."""
+def _results_cell():
+    cells = [c for c in _cells() if c.cell_type == "code" and "def results_tables(" in c.source]
+    assert len(cells) == 1, "chapter 14 should have exactly one cell defining results_tables"
+    return cells[0]
+
+
+def _chapter_functions() -> dict:
+    """The functions of the chapter's results cell (``change``, ``spread``, ``final_runs``,
+    ``results_tables``), defined as the chapter defines them, without running the rest."""
+    import collections
+
+    import numpy as np
+
     from transformer_lib.translate.presets import RECIPE
 
-    rows = [row for row in _results()["results"]
-            if row["device"] == "cpu" and row["recipe"] == RECIPE]
-    assert rows, "no row of the results file was measured with the current RECIPE"
-    return rows
+    tree = ast.parse(_results_cell().source)
+    defs = ast.Module(body=[n for n in tree.body if isinstance(n, ast.FunctionDef)],
+                      type_ignores=[])
+    namespace = dict(collections=collections, np=np, RECIPE=RECIPE)
+    exec(compile(defs, str(CHAPTER), "exec"), namespace)
+    return namespace
 
 
-def _mean(rows, minutes, search: str, key: str) -> float:
-    values = [row[search][key] for row in rows if row["minutes"] == minutes]
-    assert values, (minutes, search, key)
-    return round(sum(values) / len(values), 2)
+def _scores(bleu: float, chrf: float) -> dict:
+    return dict(bleu=bleu, chrf=chrf, exact_short=1, short_total=400)
 
 
-def test_chapter_14_plots_the_measured_scores():
-    literals, rows = _literals("\nMEASURED = {"), _cpu_rows()
-    assert literals["CPU_MINUTES"] == sorted({row["minutes"] for row in rows})
-    for name, key in (("BLEU", "bleu"), ("chrF", "chrf")):
-        expected = [_mean(rows, m, "beam4", key) for m in literals["CPU_MINUTES"]]
-        assert literals["MEASURED"][name] == expected, (name, expected)
+def _fake_results() -> dict:
+    """A small schema-2 file of invented numbers, laid out as benchmarks/real_corpus.py
+    writes it: two search runs on validation, three final runs of 10 minutes."""
+    from transformer_lib.translate.presets import RECIPE
+
+    recipe = dict(RECIPE, attention_dropout=None, bpe_dropout=0.0, bidirectional=False,
+                  dict_fraction=0.0)
+
+    def row(seed, test=None, **changes):
+        out = dict(minutes=10.0, cores=2, seed=seed, device="cpu", budget_s=1200.0,
+                   recipe=dict(recipe, **changes), average=1, steps=2000 + seed,
+                   valid=dict(greedy=_scores(5.0 + seed, 20.0), beam4=_scores(5.5 + seed, 21.0)))
+        if test is not None:
+            out["test"] = dict(greedy=_scores(test - 1, 25.0 + seed),
+                               beam4=_scores(test, 26.0 + 2 * seed))
+        return out
+
+    return dict(kind="real_corpus", schema=2,
+                corpus=dict(name="ding", version="v", train=100, valid=10, test=10, extra=0),
+                baselines=dict(copy=dict(valid=dict(bleu=0.1, chrf=14.0),
+                                         test=dict(bleu=0.2, chrf=15.0)),
+                               retrieval=dict(valid=dict(bleu=3.0, chrf=18.0),
+                                              test=dict(bleu=2.5, chrf=17.5))),
+                results=[row(0, dropout=0.3), row(0, 6.0), row(1, 7.0), row(2, 8.0)])
 
 
-def test_what_chapter_14_says_about_the_results_holds():
-    rows, text = _cpu_rows(), _markdown()
-    longest = max(row["minutes"] for row in rows)
-    bleu, chrf = (_mean(rows, longest, "beam4", key) for key in ("bleu", "chrf"))
-    assert (f"After {longest:g} minutes of two cores, the recipe reaches BLEU {bleu:.1f} "
-            f"and chrF {chrf:.1f}") in text
-    exact = [row["beam4"]["exact_short"] for row in rows if row["minutes"] == longest]
-    total = [row["beam4"]["short_total"] for row in rows if row["minutes"] == longest][0]
-    assert f"{min(exact)} of the {total} test sentences of 3 to 6 words" in text
+def test_the_chapters_tables_read_a_schema_2_file():
+    """On a file of known numbers: the baselines on both splits, the final runs' test
+    scores as mean ± sd [min, max] over seeds, and every run on validation."""
+    fn = _chapter_functions()
+    text = fn["results_tables"](_fake_results())
+    assert "retrieval                3.00  18.00       2.50  17.50" in text
+    assert "copy                     0.10  14.00       0.20  15.00" in text
+    assert "10 min on 2 cores, recipe, seeds 0,1,2:" in text
+    assert "beam 4 BLEU  7.00 ± 1.00 [ 6.00,  8.00]   chrF 28.00 ± 2.00 [26.00, 30.00]" in text
+    assert "greedy BLEU  6.00 ± 1.00 [ 5.00,  7.00]   chrF 26.00 ± 1.00 [25.00, 27.00]" in text
+    assert "10 min, seed 0, dropout=0.3" in text  # a search run, named by its one change
+    assert len([line for line in text.splitlines() if line.startswith("10 min, seed")]) == 4
+    empty = dict(_fake_results(), results=[])
+    assert "(none in this file yet" in fn["results_tables"](empty)
+
+
+def test_chapter_14_prints_the_results_file():
+    """The stored tables are those of benchmarks/results/real_corpus_cpu.json: after
+    ``benchmarks/real_corpus.py`` writes a new file, re-execute the chapter."""
+    results = _results()
+    assert results.get("schema") == 2, (
+        f"{RESULTS.name} is schema {results.get('schema')}: the chapter reads schema 2 "
+        "(write it with benchmarks/real_corpus.py, then re-execute chapter 14)")
+    expected = _chapter_functions()["results_tables"](results)
+    assert expected in _output_text(_results_cell()), "re-execute chapter 14"
+
+
+def test_the_prose_under_the_results_quotes_no_number_of_its_own():
+    """The prose about the results file refers to the printed tables: a decimal number in
+    it would be one that no test keeps equal to the file."""
+    cells = _cells()
+    start = next(i for i, c in enumerate(cells) if "def results_tables(" in c.source)
+    prose = next(c.source for c in cells[start:] if c.cell_type == "markdown")
+    prose = re.sub(r"`[^`]*`", "", prose.partition("## With internet")[0])  # code aside
+    assert not re.findall(r"\d+\.\d+", prose), re.findall(r"\d+\.\d+", prose)
 
 
 def test_chapter_14_names_the_dictionary_version_of_the_results():

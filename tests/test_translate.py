@@ -270,19 +270,111 @@ def test_number_words_shares_the_trainer():
 # The committed measurements
 
 
-def test_real_corpus_results_file_says_what_it_measured():
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
-                        "real_corpus_cpu.json")
-    with open(path) as f:
-        results = json.load(f)
-    assert results["kind"] == "real_corpus" and results["corpus"]["name"] == "ding"
-    assert results["corpus"]["version"] and results["results"]
+REAL_CORPUS_RESULTS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results",
+                                   "real_corpus_cpu.json")
+BLEU_SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a"
+
+
+def check_real_corpus_results(results: dict) -> None:
+    """What a results file of benchmarks/real_corpus.py (schema 2) must say: the corpus
+    and its split sizes; copy and retrieval scored on validation and test; for every run
+    its recipe, a budget of M minutes on N cores = M x 60 x N CPU seconds (really spent),
+    validation scores with signatures; test scores only on final runs, with the paired
+    bootstraps; a final summary whose means are the runs' means over >= 3 seeds."""
+    def in_range(scores):
+        assert 0 <= scores["bleu"] <= 100 and 0 <= scores["chrf"] <= 100, scores
+
+    assert results["kind"] == "real_corpus" and results["schema"] == 2
+    corpus = results["corpus"]
+    assert corpus["name"] == "ding" and corpus["version"]
+    assert all(corpus[split] > 0 for split in ("train", "valid", "test")), corpus
+    for name in ("copy", "retrieval"):
+        for split in ("valid", "test"):
+            in_range(results["baselines"][name][split])
     for row in results["results"]:
-        assert set(row["recipe"]) == set(RECIPE)
-        assert row["budget_s"] == row["minutes"] * 120 and row["train_cpu_s"] >= row["budget_s"]
+        assert set(RECIPE) <= set(row["recipe"]), sorted(set(RECIPE) - set(row["recipe"]))
+        if row["device"] == "cpu":
+            assert row["budget_s"] == row["minutes"] * 60 * row["cores"], row["budget_s"]
+            assert row["train_cpu_s"] >= row["budget_s"] or row.get("step_cap"), row["train_cpu_s"]
+        for split in ("valid", "test") if "test" in row else ("valid",):
+            for search in ("greedy", "beam4"):
+                in_range(row[split][search])
+            assert row[split]["signatures"]["bleu"].startswith(BLEU_SIGNATURE)
+        if "test" in row:
+            for compared in row["test"]["paired_bootstrap"].values():
+                assert 0 <= compared["bleu"]["p_value"] <= 1, compared
+    finals = [row for row in results["results"] if "test" in row]
+    assert bool(finals) == bool(results.get("final")), "test scores need the final summary"
+    for entry in results.get("final", []):
+        assert len(entry["seeds"]) >= 3, entry["seeds"]
+        rows = [row for row in finals if row["minutes"] == entry["minutes"]
+                and row["average"] == entry["average"] and row["recipe"] == entry["recipe"]]
+        assert sorted(entry["seeds"]) == sorted(row["seed"] for row in rows), entry["seeds"]
         for search in ("greedy", "beam4"):
-            assert 0 <= row[search]["bleu"] <= 100 and 0 <= row[search]["chrf"] <= 100
-        assert row["signatures"]["bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+            for metric in ("bleu", "chrf"):
+                values = [row["test"][search][metric] for row in rows]
+                mean = entry[f"{search}_{metric}"]["mean"]
+                assert abs(mean - sum(values) / len(values)) < 0.006, (search, metric, mean)
+
+
+def _small_results_file() -> dict:
+    """Invented numbers in the layout benchmarks/real_corpus.py writes: one search run on
+    validation, three final runs of one budget."""
+    signatures = dict(bleu=BLEU_SIGNATURE + "|smooth:exp|version:2.6.0", chrf="nrefs:1")
+    recipe = dict(RECIPE, bpe_dropout=0.0)
+
+    def split(bleu):
+        return dict(greedy=dict(bleu=bleu, chrf=20.0), beam4=dict(bleu=bleu + 1, chrf=21.0),
+                    signatures=signatures)
+
+    def row(seed, final):
+        out = dict(minutes=3.0, cores=2, seed=seed, device="cpu", budget_s=360.0,
+                   step_cap=None, recipe=recipe, average=1, train_cpu_s=361.5,
+                   valid=split(4.0))
+        if final:
+            test = split(3.0 + seed)
+            test["paired_bootstrap"] = {"beam4_vs_greedy": dict(
+                bleu=dict(difference=1.0, p_value=0.01), chrf=dict(difference=1.0, p_value=0.2))}
+            out["test"] = test
+        return out
+
+    rows = [row(0, False)] + [row(seed, True) for seed in (0, 1, 2)]
+    final = dict(minutes=3.0, average=1, recipe=recipe, seeds=[0, 1, 2])
+    for search, plus in (("greedy", 0), ("beam4", 1)):
+        final[f"{search}_bleu"] = dict(mean=4.0 + plus)
+        final[f"{search}_chrf"] = dict(mean=20.0 + plus)
+    score = dict(bleu=1.0, chrf=15.0)
+    return dict(kind="real_corpus", schema=2,
+                corpus=dict(name="ding", version="v", train=100, valid=10, test=10),
+                baselines=dict(copy=dict(valid=score, test=score),
+                               retrieval=dict(valid=score, test=score)),
+                results=rows, final=[final])
+
+
+def test_the_results_check_passes_a_good_file_and_fails_bad_ones():
+    good = _small_results_file()
+    check_real_corpus_results(good)
+    bad = json.loads(json.dumps(good))
+    bad["results"][1]["budget_s"] = 180.0  # 3 minutes on 1 core, said to be on 2
+    with pytest.raises(AssertionError):
+        check_real_corpus_results(bad)
+    bad = json.loads(json.dumps(good))
+    bad["final"][0]["beam4_bleu"]["mean"] = 9.0  # not the mean of the runs
+    with pytest.raises(AssertionError):
+        check_real_corpus_results(bad)
+    bad = json.loads(json.dumps(good))
+    bad["final"][0]["seeds"] = [0]  # one seed is not a reported point
+    with pytest.raises(AssertionError):
+        check_real_corpus_results(bad)
+
+
+def test_real_corpus_results_file_says_what_it_measured():
+    with open(REAL_CORPUS_RESULTS) as f:
+        results = json.load(f)
+    assert results.get("schema") == 2, (
+        f"real_corpus_cpu.json is schema {results.get('schema')}: benchmarks/real_corpus.py "
+        "writes schema 2 (the rows of schema 1 were measured on the old split)")
+    check_real_corpus_results(results)
 
 
 @pytest.mark.parametrize("words, expected", [
