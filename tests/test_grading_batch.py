@@ -220,7 +220,7 @@ def test_forging_the_grade_in_the_kernel_changes_nothing(graded_class):
     )
 
 
-@pytest.mark.parametrize("name", ["wrapper", "importlib", "getattr"])
+@pytest.mark.parametrize("name", ["wrapper", "getattr"])
 def test_the_librarys_reference_is_not_there(graded_class, name):
     """However it is looked for, the reference in the student edition is a stand-in:
     using it scores 0, flagged, with the reason."""
@@ -228,6 +228,15 @@ def test_the_librarys_reference_is_not_there(graded_class, name):
     assert row["attention"] == "0.000"
     assert "transformer_lib.attention.scaled_dot_product_attention" in row["flags"]
     assert "your code used" in row["feedback"]
+
+
+def test_looking_for_the_reference_through_importlib_is_refused(graded_class):
+    """Graded code is restricted Python (issue 37): ``importlib`` is not importable
+    there, so the search for the reference stops at the import, before it can reach the
+    stand-in; the task scores 0 and the row says why."""
+    row = graded_class["csv"]["importlib"]
+    assert row["attention"] == "0.000"
+    assert "imports by a computed name (importlib)" in row["flags"]
 
 
 def test_a_pytorch_reference_named_in_the_graded_code_scores_zero(graded_class):
