@@ -41,6 +41,7 @@ import types
 import torch
 
 from . import rules
+from .guard import resolve as _resolve
 from .unavailable import ReferenceUnavailable
 
 
@@ -444,21 +445,6 @@ def _winner(bases) -> type:
         if issubclass(kind, meta):
             meta = kind
     return meta
-
-
-def _resolve(dotted: str):
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except Exception:
-            continue
-        for part in parts[cut:]:
-            obj = getattr(obj, part, None)
-            if obj is None:
-                return None
-        return obj
-    return None
 
 
 class _Formatter(string.Formatter):
