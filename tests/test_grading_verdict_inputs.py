@@ -537,3 +537,39 @@ def test_a_lookup_table_of_one_run_scores_zero_on_the_next(task):
 
     replayed = grade_namespace({n: lookup(n) for n in spec.names}, [task], seed=12)
     assert replayed[task]["score"] == 0.0, replayed[task]["feedback"]
+
+
+def _layout(case) -> str:
+    """What a case's inputs look like, values aside: tensor shapes, bool masks in full
+    and the module sizes."""
+    out = []
+    for key, value in sorted(case.inputs.items()):
+        if isinstance(value, torch.Tensor):
+            mask = value.tolist() if value.dtype == torch.bool else None
+            out.append((key, tuple(value.shape), mask))
+        elif key in ("d_model", "num_heads", "d_ff"):
+            out.append((key, value))
+    return repr(out)
+
+
+@pytest.mark.parametrize("task", ["attention", "multihead", "encoder"])
+def test_sizes_and_masks_are_drawn_afresh_on_every_run(task):
+    """Seed 0 is the notebook's own check (its fixed sizes); every other seed draws the
+    shapes, lengths, masks and module sizes too, not only the values: a module built in
+    advance for the notebook's sizes meets other ones. The instructor's solution scores
+    1.0 on each draw."""
+    spec = TASKS[task]
+    fixed = [_layout(c) for c in spec.make_cases(spec.names, 0)]
+    layouts = {0: fixed}
+    for seed in (11, 12, 13):
+        cases = spec.make_cases(spec.names, seed)
+        assert [c.name for c in cases] != [c.name for c in spec.make_cases(spec.names, 0)]
+        layouts[seed] = [_layout(c) for c in cases]
+        # every case has another layout than the notebook's
+        assert all(a != b for a, b in zip(fixed, layouts[seed])), (task, seed)
+    assert layouts[11] != layouts[12] != layouts[13]
+    assignment = next(a for a, tasks in ASSIGNMENTS.items() if task in tasks)
+    reference = _solution(assignment, spec.names)
+    for seed in (0, 11, 12, 13, 14):
+        verdict = grade_namespace(reference, [task], seed=seed)[task]
+        assert verdict["score"] == 1.0, (seed, verdict["feedback"])

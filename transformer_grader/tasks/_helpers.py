@@ -147,3 +147,30 @@ def seeded_module(factory, seed: int):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return factory()
+
+
+def token_batch(rng, rows: int, length: int, pad_id: int, lengths=None) -> torch.Tensor:
+    """Tokens (rows, length) drawn with ``rng`` (a ``random.Random``): row i holds
+    ``lengths[i]`` tokens (not ``pad_id``), then padding."""
+    lengths = lengths or [rng.randint(1, length) for _ in range(rows)]
+    tokens = []
+    for n in lengths:
+        row = [rng.choice([t for t in range(1, 30) if t != pad_id]) for _ in range(n)]
+        tokens.append(row + [pad_id] * (length - n))
+    return torch.tensor(tokens)
+
+
+def padded_lengths(rng, rows: int, length: int) -> list[int]:
+    """``rows`` sequence lengths up to ``length`` (at least 2), drawn with ``rng``: one
+    row full, one shorter (so some keys are padding), the rest anything from 1, in a
+    drawn order."""
+    lengths = [length, rng.randint(1, length - 1)]
+    lengths += [rng.randint(1, length) for _ in range(rows - 2)]
+    rng.shuffle(lengths)
+    return lengths
+
+
+def listed(numbers) -> str:
+    """[5, 2] -> "5 and 2"; [4, 1, 3] -> "4, 1 and 3" (for case titles)."""
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]

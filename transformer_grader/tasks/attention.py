@@ -9,13 +9,14 @@ weights @ v.
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
 from transformer_lib import masks as _masks
 from transformer_lib.attention import scaled_dot_product_attention as _ref_attention
 from ._ops import SDPA_OPS
-from ._helpers import compare, first_match, randn
+from ._helpers import compare, first_match, listed, padded_lengths, randn
 from ._result import Failed, GradeResult
 from ._task import Case, Task, check_function, returned
 from ..runner.calls import CALLERS
@@ -241,42 +242,75 @@ def _case(name, q, k, v, mask=None, grad=False) -> Case:
     )
 
 
-def make_cases(present, seed: int = 0) -> list[Case]:
-    s = seed
-    q, k, v = (
-        randn(2, 3, 8, seed=s + 1),
-        randn(2, 5, 8, seed=s + 2),
-        randn(2, 5, 6, seed=s + 3),
+def _sizes(seed: int) -> dict:
+    """The sizes and masks of the cases: seed 0, the notebook check's fixed ones; any
+    other seed draws fresh ones (batch, lengths, widths, heads, which keys are padding
+    and which query row sees nothing), so a function built for one set of shapes fails.
+    """
+    if seed == 0:
+        return dict(B=2, Lq=3, Lk=5, dk=8, dv=6, B4=2, H=3, L=4, d4=16, lengths=[5, 2],
+                    blind=(0, 1), cut=(1, 3), one=(4, 3))
+    rng = random.Random(seed)
+    B, Lk = rng.randint(2, 4), rng.randint(3, 9)
+    blind_row, cut_row = rng.sample(range(B), 2)
+    Lq = rng.randint(2, 7)
+    return dict(
+        B=B, Lq=Lq, Lk=Lk, dk=rng.choice([4, 8, 12, 16]), dv=rng.randint(3, 10),
+        B4=rng.randint(1, 3), H=rng.randint(2, 4), L=rng.randint(3, 8),
+        d4=rng.choice([8, 16, 24]), lengths=padded_lengths(rng, B, Lk),
+        blind=(blind_row, rng.randrange(Lq)), cut=(cut_row, rng.randint(1, Lk - 1)),
+        one=(rng.randint(2, 8), rng.randint(2, 8)),
     )
-    q4, k4, v4 = (randn(2, 3, 4, 16, seed=s + i, scale=2.0) for i in (4, 5, 6))
-    lengths = torch.tensor([5, 2])
-    pad = torch.arange(5)[None, :] >= lengths[:, None]  # (B, Lk), True on padding
-    full = torch.zeros(2, 3, 5, dtype=torch.bool)
-    full[0, 1] = True  # query 1 of sequence 0 may attend to nothing
-    full[1, :, 3:] = True
+
+
+def make_cases(present, seed: int = 0) -> list[Case]:
+    """``seed`` 0: the notebook check's fixed sizes and masks; any other seed draws the
+    same kinds of cases with fresh sizes, lengths and masks (``_sizes``)."""
+    s, z = seed, _sizes(seed)
+    B, Lq, Lk, dk, dv = z["B"], z["Lq"], z["Lk"], z["dk"], z["dv"]
+    q, k, v = (
+        randn(B, Lq, dk, seed=s + 1),
+        randn(B, Lk, dk, seed=s + 2),
+        randn(B, Lk, dv, seed=s + 3),
+    )
+    B4, H, L, d4 = z["B4"], z["H"], z["L"], z["d4"]
+    q4, k4, v4 = (randn(B4, H, L, d4, seed=s + i, scale=2.0) for i in (4, 5, 6))
+    lengths = torch.tensor(z["lengths"])
+    shown = listed(z["lengths"])
+    pad = torch.arange(Lk)[None, :] >= lengths[:, None]  # (B, Lk), True on padding
+    full = torch.zeros(B, Lq, Lk, dtype=torch.bool)
+    full[z["blind"]] = True  # one query row of one sequence may attend to nothing
+    row, cut = z["cut"]
+    full[row, :, cut:] = True
     # Scores in the hundreds, as in a trained model (float64, so a correct function's
     # rounding cannot matter): a mask made of a modest constant such as -100 lets
     # padding win here.
-    q_big = randn(2, 3, 8, seed=s + 11, scale=30.0, dtype=torch.float64)
-    k_big = randn(2, 5, 8, seed=s + 12, scale=30.0, dtype=torch.float64)
+    q_big = randn(B, Lq, dk, seed=s + 11, scale=30.0, dtype=torch.float64)
+    k_big = randn(B, Lk, dk, seed=s + 12, scale=30.0, dtype=torch.float64)
     q64, k64, v64 = (t.double() for t in (q, k, v))
-    qt = (
-        randn(8, 2, 3, seed=s + 1).transpose(0, 1).transpose(1, 2)
-    )  # (2, 3, 8), non-contiguous
-    kt = randn(5, 8, 2, seed=s + 2).permute(2, 0, 1)
-    vt = randn(2, 6, 5, seed=s + 3).transpose(1, 2)
+    # the same shapes as q, k, v, as non-contiguous views
+    qt = randn(dk, B, Lq, seed=s + 1).permute(1, 2, 0)
+    kt = randn(Lk, dk, B, seed=s + 2).permute(2, 0, 1)
+    vt = randn(B, dv, Lk, seed=s + 3).transpose(1, 2)
+    d1, dv1 = z["one"]
     return [
-        _case("random 3-D inputs (B=2, Lq=3, Lk=5, d_k=8, d_v=6), no mask", q, k, v),
-        _case("4-D inputs with heads (B=2, H=3, L=4, d_k=16), no mask", q4, k4, v4),
         _case(
-            "padding mask (B, 1, Lk) hiding padded keys (lengths 5 and 2)",
+            f"random 3-D inputs (B={B}, Lq={Lq}, Lk={Lk}, d_k={dk}, d_v={dv}), no mask",
+            q,
+            k,
+            v,
+        ),
+        _case(f"4-D inputs with heads (B={B4}, H={H}, L={L}, d_k={d4}), no mask",
+              q4, k4, v4),
+        _case(
+            f"padding mask (B, 1, Lk) hiding padded keys (lengths {shown})",
             q,
             k,
             v,
             pad[:, None, :],
         ),
         _case(
-            "causal mask (1, 1, L, L) on 4-D inputs", q4, k4, v4, _masks.causal_mask(4)
+            "causal mask (1, 1, L, L) on 4-D inputs", q4, k4, v4, _masks.causal_mask(L)
         ),
         _case(
             "a fully masked query row gets zero weights and a zero context (not NaN)",
@@ -298,9 +332,9 @@ def make_cases(present, seed: int = 0) -> list[Case]:
         ),
         _case(
             "batch of 1, lengths 1 (B=1, Lq=Lk=1)",
-            randn(1, 1, 4, seed=s + 7),
-            randn(1, 1, 4, seed=s + 8),
-            randn(1, 1, 3, seed=s + 9),
+            randn(1, 1, d1, seed=s + 7),
+            randn(1, 1, d1, seed=s + 8),
+            randn(1, 1, dv1, seed=s + 9),
         ),
         _case(
             "float64 inputs (the output must stay float64)",

@@ -12,13 +12,17 @@ library's layout: ``self_attn`` (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import nn
 
 from transformer_lib.encoder import EncoderLayer as _RefLayer
 from transformer_lib.interop import copy_to_torch
 from ._ops import ENCODER_OPS
-from ._helpers import as_tensor, compare, first_match, randn, seeded_module
+from ._helpers import (
+    as_tensor, compare, first_match, listed, padded_lengths, randn, seeded_module
+)
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from .attention import MISTAKES as _ATTENTION_MISTAKES
@@ -204,47 +208,78 @@ def _forward(
     )
 
 
+def _sizes(seed: int) -> dict:
+    """The sizes and padding of the cases: seed 0, the notebook check's fixed ones; any
+    other seed draws fresh ones (width, heads, d_ff, batch, lengths, a second model
+    size), so a layer built for one set of shapes fails."""
+    if seed == 0:
+        return dict(size=(16, 4, 32), B=2, L=5, lengths=[5, 3], other=(12, 3, 20), L2=4)
+    rng = random.Random(seed)
+    h = rng.randint(2, 4)
+    d = h * rng.randint(2, 5)
+    h2 = rng.choice([n for n in (2, 3, 4, 6) if n != h])
+    d2 = h2 * rng.randint(2, 4)
+    B, L = rng.randint(2, 3), rng.randint(3, 7)
+    return dict(
+        size=(d, h, d * rng.randint(2, 4)), B=B, L=L,
+        lengths=padded_lengths(rng, B, L),
+        other=(d2, h2, d2 * rng.randint(2, 3) + rng.randint(0, 3)), L2=rng.randint(2, 6),
+    )
+
+
 def make_cases(present, seed: int = 0) -> list[Case]:
-    s = seed
-    x = randn(2, 5, 16, seed=s + 31)
-    tokens = torch.tensor([[3, 4, 5, 6, 7], [3, 4, 5, 0, 0]])
-    pad = (tokens == 0)[:, None, None, :]  # (B, 1, 1, L), True = blocked
-    x12 = randn(2, 4, 12, seed=s + 32)
+    """``seed`` 0: the notebook check's fixed sizes and mask; any other seed draws the
+    same kinds of cases with fresh sizes and lengths (``_sizes``)."""
+    s, z = seed, _sizes(seed)
+    (d, h, d_ff), B, L = z["size"], z["B"], z["L"]
+    x = randn(B, L, d, seed=s + 31)
+    lengths = torch.tensor(z["lengths"])
+    pad = torch.arange(L)[None, :] >= lengths[:, None]  # (B, L), True on padding
+    pad = pad[:, None, None, :]  # (B, 1, 1, L), True = blocked
+    d2, h2, d_ff2 = z["other"]
+    x2 = randn(B, z["L2"], d2, seed=s + 32)
+    sizes = dict(sizes=(d, h, d_ff))
     return [
         Case(
             "creates the module with the library's layout (self_attn.q_proj ..."
             " ffn.linear1, ffn.linear2, norm1, norm2)",
             "registration",
-            dict(d_model=16, num_heads=4, d_ff=32, norm_first=False),
+            dict(d_model=d, num_heads=h, d_ff=d_ff, norm_first=False),
             _judge_registration,
             uses=(NAME,),
         ),
         _forward(
-            "post-norm (the paper), random input (B=2, L=5), no mask", x, False, seed=s
+            f"post-norm (the paper), random input (B={B}, L={L}), no mask", x, False,
+            seed=s, **sizes,
         ),
         _forward(
-            "post-norm with a key padding mask (B, 1, 1, L), lengths 5 and 3",
+            "post-norm with a key padding mask (B, 1, 1, L), lengths "
+            + listed(z["lengths"]),
             x,
             False,
             pad,
             seed=s,
+            **sizes,
         ),
-        _forward("pre-norm (norm_first=True), no mask", x, True, seed=s),
-        _forward("pre-norm with a key padding mask", x, True, pad, seed=s),
-        _forward("batch of 1, length 1", randn(1, 1, 16, seed=s + 33), False, seed=s),
+        _forward("pre-norm (norm_first=True), no mask", x, True, seed=s, **sizes),
+        _forward("pre-norm with a key padding mask", x, True, pad, seed=s, **sizes),
+        _forward(
+            "batch of 1, length 1", randn(1, 1, d, seed=s + 33), False, seed=s, **sizes
+        ),
         _forward(
             "float64 (module.double() and a float64 input)",
             x.double(),
             True,
             pad,
             seed=s,
+            **sizes,
         ),
         _forward(
-            "other sizes: d_model=12, num_heads=3, d_ff=20 (pre-norm)",
-            x12,
+            f"other sizes: d_model={d2}, num_heads={h2}, d_ff={d_ff2} (pre-norm)",
+            x2,
             True,
             seed=s + 1,
-            sizes=(12, 3, 20),
+            sizes=(d2, h2, d_ff2),
         ),
         _forward(
             "gradients reach every layer (post-norm, with a mask)",
@@ -253,6 +288,7 @@ def make_cases(present, seed: int = 0) -> list[Case]:
             pad,
             seed=s,
             grad=True,
+            **sizes,
         ),
     ]
 

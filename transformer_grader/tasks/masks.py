@@ -10,7 +10,7 @@ import random
 import torch
 
 from transformer_lib import masks as _masks
-from ._helpers import as_tensor, compare, matches
+from ._helpers import as_tensor, compare, matches, token_batch
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from ..runner.calls import CALLERS
@@ -195,17 +195,6 @@ def _cross(name, src, tgt_len, pad_id) -> Case:
     )
 
 
-def _batch(rng, rows: int, length: int, pad_id: int, lengths=None) -> torch.Tensor:
-    """Tokens (rows, length): row i holds ``lengths[i]`` tokens (not ``pad_id``), then
-    padding."""
-    lengths = lengths or [rng.randint(1, length) for _ in range(rows)]
-    tokens = []
-    for n in lengths:
-        row = [rng.choice([t for t in range(1, 30) if t != pad_id]) for _ in range(n)]
-        tokens.append(row + [pad_id] * (length - n))
-    return torch.tensor(tokens)
-
-
 def _fixed_tokens():
     tokens = torch.tensor([[5, 7, 2, 9, 4], [3, 8, 0, 0, 0], [6, 0, 0, 0, 0]])
     return {
@@ -233,11 +222,11 @@ def _drawn_tokens(seed: int):
     pad = rng.randint(1, 9)
     other = rng.randint(3, 7)
     return {
-        "tokens": _batch(rng, rows, length, 0, lengths),
-        "pad3": _batch(rng, 2, other, pad, [rng.randint(1, other - 1), 0]),
+        "tokens": token_batch(rng, rows, length, 0, lengths),
+        "pad3": token_batch(rng, 2, other, pad, [rng.randint(1, other - 1), 0]),
         "one": torch.tensor([[rng.randint(1, 10_000)]]),
-        "padded_row": _batch(rng, 2, other, 0, [0, rng.randint(1, other)]),
-        "padded3": _batch(rng, 2, other, pad, [0, rng.randint(1, other)]),
+        "padded_row": token_batch(rng, 2, other, 0, [0, rng.randint(1, other)]),
+        "padded3": token_batch(rng, 2, other, pad, [0, rng.randint(1, other)]),
         "lengths": (rng.randint(2, 64), rng.randint(65, 160), rng.randint(161, 300)),
         "tgt": (rng.randint(2, length - 1), length + rng.randint(1, 4), 1, rng.randint(1, 5)),
         "pad": (0, pad),

@@ -11,13 +11,16 @@ both see the same inputs.
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
 from transformer_lib import masks as _masks
 from transformer_lib.multihead import MultiHeadAttention as _RefMHA
 from ._ops import SDPA_OPS
-from ._helpers import as_tensor, compare, first_match, randn, seeded_module
+from ._helpers import (
+    as_tensor, compare, first_match, padded_lengths, randn, seeded_module, token_batch
+)
 from ._result import Failed, GradeResult
 from ._task import Case, Task, returned, run_check
 from .attention import MISTAKES as _ATTENTION_MISTAKES
@@ -260,17 +263,45 @@ def _forward(
     )
 
 
+def _sizes(seed: int) -> dict:
+    """The sizes and padding of the cases: seed 0, the notebook check's fixed ones; any
+    other seed draws fresh ones (width, heads, batch, lengths, which keys are padding, a
+    second model size), so a module built for one set of shapes fails."""
+    if seed == 0:
+        return dict(d=16, h=4, B=2, L=5, Ls=6, Lt=3, src=[6, 3], tgt=[5, 2],
+                    other=(12, 3, 4))
+    rng = random.Random(seed)
+    h = rng.randint(2, 4)
+    h2 = rng.choice([n for n in (2, 3, 4, 6) if n != h])
+    B, L, Ls = rng.randint(2, 3), rng.randint(3, 7), rng.randint(3, 8)
+    return dict(
+        d=h * rng.randint(2, 5), h=h, B=B, L=L, Ls=Ls, Lt=rng.randint(2, 6),
+        src=padded_lengths(rng, B, Ls), tgt=padded_lengths(rng, B, L),
+        other=(h2 * rng.randint(2, 4), h2, rng.randint(2, 6)),
+    )
+
+
 def make_cases(present, seed: int = 0) -> list[Case]:
-    s, d, h = seed, 16, 4
-    x = randn(2, 5, d, seed=s + 11)
-    src, tgt = randn(2, 6, d, seed=s + 12), randn(2, 3, d, seed=s + 13)
-    src_tokens = torch.tensor([[4, 5, 6, 7, 8, 9], [4, 5, 6, 0, 0, 0]])
-    tgt_tokens = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 0, 0, 0]])
-    all_pad = torch.tensor([[4, 5, 6, 7, 8, 9], [0, 0, 0, 0, 0, 0]])
+    """``seed`` 0: the notebook check's fixed sizes and masks; any other seed draws the
+    same kinds of cases with fresh sizes, lengths and masks (``_sizes``)."""
+    s, z = seed, _sizes(seed)
+    d, h, B, L, Ls, Lt = z["d"], z["h"], z["B"], z["L"], z["Ls"], z["Lt"]
+    rng = random.Random(seed)
+    x = randn(B, L, d, seed=s + 11)
+    src, tgt = randn(B, Ls, d, seed=s + 12), randn(B, Lt, d, seed=s + 13)
+    if seed == 0:
+        src_tokens = torch.tensor([[4, 5, 6, 7, 8, 9], [4, 5, 6, 0, 0, 0]])
+        tgt_tokens = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 0, 0, 0]])
+    else:
+        src_tokens = token_batch(rng, B, Ls, 0, z["src"])
+        tgt_tokens = token_batch(rng, B, L, 0, z["tgt"])
+    all_pad = src_tokens.clone()  # (B, Ls): the last sequence is all padding
+    all_pad[-1] = 0
     one = randn(1, 1, d, seed=s + 14)
     x64 = x.double()
-    xt = randn(5, 2, d, seed=s + 11).transpose(0, 1)  # (2, 5, d), non-contiguous
-    x12 = randn(2, 4, 12, seed=s + 15)
+    xt = randn(L, B, d, seed=s + 11).transpose(0, 1)  # (B, L, d), non-contiguous
+    d2, h2, L2 = z["other"]
+    x2 = randn(B, L2, d2, seed=s + 15)
     return [
         Case(
             "creates the module and registers q_proj, k_proj, v_proj, out_proj "
@@ -281,10 +312,11 @@ def make_cases(present, seed: int = 0) -> list[Case]:
             uses=(NAME,),
         ),
         _forward(
-            "self-attention, random input (B=2, L=5), no mask", d, h, x, x, x, seed=s
+            f"self-attention, random input (B={B}, L={L}), no mask", d, h, x, x, x,
+            seed=s,
         ),
         _forward(
-            "cross-attention (Lq=3, Lk=6) with a key padding mask (B, 1, 1, Lk)",
+            f"cross-attention (Lq={Lt}, Lk={Ls}) with a key padding mask (B, 1, 1, Lk)",
             d,
             h,
             tgt,
@@ -319,7 +351,7 @@ def make_cases(present, seed: int = 0) -> list[Case]:
         ),
         _forward("non-contiguous inputs (transposed views)", d, h, xt, xt, xt, seed=s),
         _forward(
-            "other sizes: d_model=12, num_heads=3", 12, 3, x12, x12, x12, seed=s + 1
+            f"other sizes: d_model={d2}, num_heads={h2}", d2, h2, x2, x2, x2, seed=s + 1
         ),
         _forward(
             "gradients reach q_proj, k_proj, v_proj and out_proj",
