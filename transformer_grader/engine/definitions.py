@@ -41,29 +41,8 @@ from __future__ import annotations
 import ast
 import re
 
-# Modules graded code may import (and their submodules, except those in _DENIED_PREFIXES)
-ALLOWED_MODULES = (
-    "torch",
-    "math",
-    "cmath",
-    "numpy",
-    "typing",
-    "collections",
-    "itertools",
-    "functools",
-    "dataclasses",
-    "copy",
-    "warnings",
-    "abc",
-    "enum",
-    "numbers",
-    "random",
-    "statistics",
-    "__future__",
-    "einops",
-    "transformer_lib",
-)
-_DENIED_PREFIXES = (
+# outside graded code: the grader's internals (a check cell's import is fine)
+_REVIEW_PREFIXES = (
     "torch._",
     "torch.ops",
     "torch.library",
@@ -71,11 +50,6 @@ _DENIED_PREFIXES = (
     "torch.utils._python_dispatch",
     "torch.utils.cpp_extension",
     "torch.jit._",
-    "transformer_lib.grading",
-    "transformer_grader",
-)
-# outside graded code: the grader's internals (a check cell's import is fine)
-_REVIEW_PREFIXES = _DENIED_PREFIXES[:-2] + (
     "transformer_lib.grading.runner",
     "transformer_grader.runner",
     "transformer_grader.engine",
@@ -110,13 +84,10 @@ _DENIED_NAMES = {
     "locals": "reaches names by a computed name (locals)",
     "breakpoint": "starts a debugger (breakpoint)",
     "get_ipython": "uses IPython's machinery (get_ipython)",
-    "open": "opens a file or a descriptor (open)",
     "__builtins__": "reaches the builtins directly (__builtins__)",
     "TorchDispatchMode": "uses a dispatch mode (TorchDispatchMode)",
     "TorchFunctionMode": "uses a dispatch mode (TorchFunctionMode)",
 }
-# names that are hits in graded code only (elsewhere in a notebook they are common)
-_GRADED_ONLY = ("open",)
 # attributes (on anything) that are hits
 _DENIED_ATTRIBUTES = {
     "__dict__": "reaches an object's attributes by a computed name (__dict__)",
@@ -151,16 +122,9 @@ _DENIED_ATTRIBUTES = {
     "input_transformers_cleanup": "rewrites the cells IPython runs",
     "input_transformers_post": "rewrites the cells IPython runs",
 }
-# attributes that are modules graded code may not reach, whatever they hang on
-# (``torch.sys``, ``random._os``, ``dataclasses.sys``, ``torch.serialization.pickle``)
-_MODULE_ATTRIBUTES = {
-    "sys", "_sys", "os", "_os", "builtins", "_builtins", "importlib", "ctypes", "gc",
-    "inspect", "pickle", "_pickle", "marshal", "subprocess", "threading", "_thread",
-    "shutil", "socket", "io", "_io", "posix", "nt", "runpy", "types", "weakref",
-}
 _NAME_FUNCTIONS = ("getattr", "setattr", "delattr", "hasattr")
-# imports flagged anywhere in the notebook (in graded code, every import outside
-# ALLOWED_MODULES is a hit)
+# imports flagged anywhere in the notebook (graded code follows runner/rules.py's
+# ALLOWED_MODULES, the one table of modules, instead)
 _REVIEW_IMPORTS = {
     "ctypes": "calls C functions directly (ctypes)",
     "importlib": "imports by a computed name (importlib)",
@@ -473,10 +437,10 @@ class Source:
         return found
 
     # -- the policy ----------------------------------------------------------------
-    def _hits_in(self, cell: Cell, node, graded: bool) -> list[str]:
-        """The policy's hits in ``node``; outside graded code (``graded`` False), an
-        import is a hit only when it reaches PyTorch's internals, the grader or one of
-        ``_REVIEW_IMPORTS``."""
+    def _hits_in(self, cell: Cell, node) -> list[str]:
+        """The older deny-list's hits in ``node`` (a statement outside graded code, read
+        for review): an import is a hit only when it reaches PyTorch's internals, the
+        grader or one of ``_REVIEW_IMPORTS``."""
         hits = []
 
         def hit(inner, what):
@@ -499,14 +463,9 @@ class Source:
                     modules = [a.name for a in inner.names]
                 for module in modules:
                     head = module.split(".")[0]
-                    if graded:
-                        denied = module.startswith(_DENIED_PREFIXES) or (
-                            head not in ALLOWED_MODULES
-                        )
-                    else:
-                        denied = module.startswith(_REVIEW_PREFIXES) or (
-                            head in _REVIEW_IMPORTS
-                        )
+                    denied = module.startswith(_REVIEW_PREFIXES) or (
+                        head in _REVIEW_IMPORTS
+                    )
                     if denied and module and not module.endswith(".*"):
                         what = _REVIEW_IMPORTS.get(head)
                         hit(inner, f"imports {module}" + (f": {what}" if what else ""))
@@ -529,8 +488,6 @@ class Source:
             if isinstance(inner, ast.Attribute):
                 if inner.attr in _DENIED_ATTRIBUTES:
                     hit(inner, _DENIED_ATTRIBUTES[inner.attr])
-                if graded and inner.attr in _MODULE_ATTRIBUTES:
-                    hit(inner, f"reaches a module through an attribute (.{inner.attr})")
                 if isinstance(inner.ctx, (ast.Store, ast.Del)):
                     base = _dotted(inner.value)
                     if base is not None and base.split(".")[0] in self.aliases:
@@ -549,8 +506,6 @@ class Source:
                 for start in [0] + [i for i, p in enumerate(parts) if p == "torch"]:
                     here = ".".join(parts[start:])
                     for key, what in _DENIED_NAMES.items():
-                        if key in _GRADED_ONLY and not graded:
-                            continue
                         if here == key or here.startswith(key + "."):
                             hit(inner, what)
                     if here.startswith("torch._") and not here.startswith("torch._C"):
@@ -579,14 +534,6 @@ class Source:
             hits += [h for h in found if h not in hits]
         return sorted(hits, key=_place)
 
-    def old_policy_hits(self, names) -> list[str]:
-        """The deny-list this grader used before restricted Python (issue 37), in the
-        graded code of ``names``: kept for ``review`` only."""
-        hits = []
-        for cell, node in self.graded(names):
-            hits += [h for h in self._hits_in(cell, node, True) if h not in hits]
-        return hits
-
     def review(self) -> list[str]:
         """The policy's hits anywhere in the notebook, and cell magics (flags only)."""
         found = []
@@ -596,7 +543,7 @@ class Source:
             if cell.tree is None:
                 continue
             for node in cell.tree.body:
-                found += [h for h in self._hits_in(cell, node, False) if h not in found]
+                found += [h for h in self._hits_in(cell, node) if h not in found]
         return found
 
 
