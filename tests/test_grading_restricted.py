@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from classroom import INSTRUCTOR, grade_restricted, student
+from conftest import HONEST_ATTENTION
 
 CHEATS = {
  "getattr_self": ("01_attention", "attention", '''
@@ -153,18 +154,7 @@ def test_every_instructor_notebook_scores_one_under_the_guards():
 
 
 # The four honest, correct solutions the old deny-list scored 0 (issue 37).
-ATTENTION = '''
-import math
-import torch
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(mask, 0.0)
-    return weights @ v, weights
-'''
+ATTENTION = "\nimport math\nimport torch" + HONEST_ATTENTION  # (a blank first line)
 HONEST = {
     # a later exploratory cell binds `weights` (a local of the graded function) with
     # PyTorch's reference: a local is a local, that cell is not graded code
