@@ -161,6 +161,21 @@ def _split_scores(model, pairs) -> tuple[dict, dict]:
     return out, hyps
 
 
+def learning_curve(history: dict) -> dict:
+    """The validation curve of a run: at each validation step, the greedy BLEU of 200
+    validation sentences, the teacher-forced loss of all of them (nats per token, no
+    label smoothing) and the mean training loss since the previous validation (with
+    label smoothing and dropout, as trained)."""
+    steps = list(history.get("valid_step", []))
+    train, since = [], 0
+    for step in steps:
+        window = [loss for s, loss in zip(history["step"], history["loss"]) if since < s <= step]
+        train.append(round(sum(window) / len(window), 4) if window else None)
+        since = step
+    return dict(step=steps, bleu=[round(b, 2) for b in history.get("valid_bleu", [])],
+                loss=[round(x, 4) for x in history.get("valid_loss", [])], train_loss=train)
+
+
 def run_one(recipe: dict, minutes: float, seed: int, device: str, cores: int, corpus, *,
             final: bool = False, average: int = 1, snapshot_every: int | None = None,
             valid_every: int | None = None, steps: int | None = None,
@@ -188,8 +203,7 @@ def run_one(recipe: dict, minutes: float, seed: int, device: str, cores: int, co
                parameters=sum(p.numel() for p in result.model.parameters()),
                train_wall_s=round(wall, 1), train_cpu_s=round(cpu_s, 1),
                final_loss=round(history["loss"][-1], 4),
-               valid_curve=dict(step=list(history.get("valid_step", [])),
-                                bleu=[round(b, 2) for b in history.get("valid_bleu", [])]),
+               valid_curve=learning_curve(history),
                load_before=[round(x, 2) for x in load_before],
                load_after=[round(x, 2) for x in load_after])
     row["valid"], _ = _split_scores(result.model, corpus.valid)

@@ -17,7 +17,7 @@ from transformer_lib.data import Corpus, SubwordTokenizer
 from transformer_lib.stopping import StopFlag
 from transformer_lib.translate import checkpoints
 from transformer_lib.translate.__main__ import main
-from transformer_lib.translate.evaluate import exact_matches, score
+from transformer_lib.translate.evaluate import exact_matches, score, teacher_forced_loss
 from transformer_lib.translate.pipeline import train_corpus
 from transformer_lib.translate.presets import RECIPE
 from transformer_lib.translate.search import translate_texts
@@ -145,6 +145,42 @@ def test_a_tiny_model_learns_50_pairs_by_heart():
     hypotheses = translate_texts(result.model, [s for s, _ in corpus.test])
     scores = score(hypotheses, [t for _, t in corpus.test])
     assert scores["bleu"] >= 90, (scores, hypotheses[:5])
+
+
+def test_teacher_forced_loss_is_the_cross_entropy_of_the_references():
+    """Nats per target token, padding left out, dropout off, any batch size; the model's
+    mode is put back; a model trained on the pairs scores them far lower."""
+    corpus = little_corpus(20)
+    tokenizer = SubwordTokenizer.train([t for p in corpus.train for t in p], vocab_size=80)
+    torch.manual_seed(0)
+    model = build_translator(tokenizer, "tiny", dropout=0.3).train()
+    pairs = corpus.train[:7]
+    # by hand, one pair at a time: the sum of -log p over each target's tokens after BOS
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for source, target in pairs:
+            src = torch.tensor([model.encode_source(source)])
+            tgt = torch.tensor([[tokenizer.bos_id] + tokenizer.encode(target)
+                                + [tokenizer.eos_id]])
+            logp = model(src, tgt[:, :-1]).log_softmax(-1)  # (1, Lt - 1, V)
+            total -= logp.gather(-1, tgt[:, 1:, None]).sum().item()
+            count += tgt.size(1) - 1
+    model.train()
+    for batch_size in (1, 3, 64):
+        found = teacher_forced_loss(model, pairs, batch_size=batch_size)
+        assert found == pytest.approx(total / count, rel=1e-5), batch_size
+    assert model.training
+    trained = train_corpus(corpus, steps=150, preset="tiny", tokenizer=tokenizer,
+                           batch_size=20, dropout=0.0, label_smoothing=0.0, warmup=20,
+                           device="cpu", progress=False, seed=0, valid_every=50)
+    assert teacher_forced_loss(trained.model, pairs) < 0.5 * total / count
+    # the curve of the run: one loss per validation, falling
+    losses = trained.history["valid_loss"]
+    assert len(losses) == len(trained.history["valid_step"]) == 3, trained.history
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="at least one pair"):
+        teacher_forced_loss(model, [])
 
 
 # ------------------------------------------------------------------------------------

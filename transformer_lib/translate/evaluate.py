@@ -20,7 +20,41 @@ import re
 import unicodedata
 from contextlib import contextmanager
 
+import torch
+
+from ..data.batching import pad_sequences
 from .search import translate_texts
+
+
+@torch.no_grad()
+def teacher_forced_loss(model, pairs, batch_size: int = 64) -> float:
+    """The mean cross entropy of the references of ``pairs`` (source, target) under
+    ``model`` (a ``Translator``) with teacher forcing: nats per target token (EOS
+    included, padding not), no label smoothing, dropout off. Its fall and rise against
+    training steps tells under- from over-fitting; the trained loss cannot (it has
+    label smoothing and dropout)."""
+    if not pairs:
+        raise ValueError("teacher_forced_loss needs at least one pair")
+    tok, limit = model.tokenizer, model.config["max_len"]
+    sources = [model.encode_source(s)[-limit:] for s, _ in pairs]
+    targets = [([tok.bos_id] + tok.encode(t) + [tok.eos_id])[:limit + 1] for _, t in pairs]
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for start in range(0, len(pairs), batch_size):
+            src = pad_sequences(sources[start:start + batch_size], tok.pad_id).to(device)
+            tgt = pad_sequences(targets[start:start + batch_size], tok.pad_id).to(device)
+            logits = model(src, tgt[:, :-1])  # (B, Lt - 1, V)
+            gold = tgt[:, 1:]  # (B, Lt - 1)
+            total += torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1).float(), gold.flatten(), ignore_index=tok.pad_id,
+                reduction="sum").item()
+            count += int((gold != tok.pad_id).sum())
+    finally:
+        model.train(was_training)
+    return total / count
 
 
 def _sacrebleu():

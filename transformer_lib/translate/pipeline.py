@@ -46,7 +46,7 @@ from ..precision import check_precision, grad_scaler
 from ..stopping import StopFlag
 from ..utils import get_device, set_seed
 from .checkpoints import average_state_dicts
-from .evaluate import score
+from .evaluate import score, teacher_forced_loss
 from .presets import RECIPE
 from .search import translate_texts
 from .trainer import check_batch_size, fit
@@ -56,7 +56,7 @@ from .translator import Translator, build_translator
 @dataclass
 class CorpusResult:
     """What ``train_corpus`` returns: the model, the training history (``step``, ``loss``,
-    ``acc``, ``lr``, ``seconds``; ``valid_step``/``valid_bleu`` if validated), metrics,
+    ``acc``, ``lr``, ``seconds``; ``valid_step``/``valid_bleu``/``valid_loss`` if validated), metrics,
     the training state a checkpoint needs to resume, whether a stop ended the run, and
     ``recipe``: every setting of the run (the ``run`` dict a checkpoint keeps)."""
 
@@ -269,7 +269,8 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
     ``extra_pairs`` drawn from ``corpus.extra_train``), unless a ``tokenizer`` is given.
     ``average=K`` replaces the final weights by the mean of the last K snapshots, taken
     every ``snapshot_every`` steps and at the end (paper 6.1). ``valid_every`` adds the
-    greedy BLEU of ``valid_size`` validation sentences to the history. ``resume``: a
+    greedy BLEU of ``valid_size`` validation sentences and the teacher-forced loss of
+    all of them (``teacher_forced_loss``) to the history. ``resume``: a
     checkpoint from ``load_resumable``; the run continues with the settings and the
     vocabulary it was started with. ``model_config``: more model settings over the
     preset's (``d_model``, ``num_heads``, ``num_encoder_layers``, ``num_decoder_layers``,
@@ -360,8 +361,8 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
     dropper = WordDropout(word_dropout, tokenizer.unk_id, tokenizer.pad_id, tokenizer.eos_id,
                           keep=[tokenizer.token_id(tag) for tag in tokenizer.tags])
     past = resume["training"]["history"] if resume is not None else {}
-    extra = {"valid_step": list(past.get("valid_step", [])),
-             "valid_bleu": list(past.get("valid_bleu", []))}
+    extra = {key: list(past.get(key, []))
+             for key in ("valid_step", "valid_bleu", "valid_loss")}
     snapshots = deque(maxlen=max(average - 1, 1))
     valid = corpus.valid[:valid_size]
 
@@ -372,6 +373,7 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
             extra["valid_step"].append(step)
             hyps = translate_texts(model, [s for s, _ in valid])
             extra["valid_bleu"].append(score(hyps, [t for _, t in valid])["bleu"])
+            extra["valid_loss"].append(teacher_forced_loss(model, corpus.valid))
         if average > 1 and step // snapshot_every > snapshots_taken[0]:
             snapshots_taken[0] = step // snapshot_every
             snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
