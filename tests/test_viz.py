@@ -84,6 +84,29 @@ def test_history_plot_has_one_panel_per_key():
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), history["loss"])
 
 
+def test_learning_curves_show_the_mean_of_the_runs_in_their_band():
+    runs = [{"step": [100, 200, 300], "bleu": [1.0, 2.0, 3.0], "loss": [5.0, 4.0, 4.5],
+             "train_loss": [5.5, 4.5, 4.0]},
+            {"step": [100, 200, 300], "bleu": [3.0, 4.0, 5.0], "loss": [6.0, 5.0, 5.5],
+             "train_loss": [None, 4.5, 3.0]},
+            {"step": [100, 200], "bleu": [2.0, 3.0]}]  # an older run: BLEU only
+    fig = viz.plot_learning_curves(runs, title="t")
+    losses, bleu = fig.axes[0], fig.axes[1]
+    # the BLEU line is the mean over the runs at each step; its band the min-max
+    np.testing.assert_allclose(bleu.get_lines()[0].get_ydata(), [2.0, 3.0, 4.0])
+    band = bleu.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 1.0 and band.max() == 5.0
+    lines = {tuple(line.get_ydata()) for line in losses.get_lines()}
+    assert (5.5, 4.5, 3.5) in lines  # training loss, mean of the runs that have it
+    assert (5.5, 4.5, 5.0) in lines  # validation loss, mean of the two runs
+    with pytest.raises(ValueError, match=r"runs\[0\] has no \['bleu'\]"):
+        viz.plot_learning_curves([{"step": [1]}])
+    with pytest.raises(ValueError, match="2 values of 'loss' for 1 steps"):
+        viz.plot_learning_curves([{"step": [1], "bleu": [1.0], "loss": [1.0, 2.0]}])
+    with pytest.raises(ValueError, match="non-empty list"):
+        viz.plot_learning_curves([])
+
+
 def test_masks_side_by_side_share_one_legend():
     tgt = torch.tensor([[1, 5, 6, 0]])
     src = torch.tensor([[3, 4, 0]])

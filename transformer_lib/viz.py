@@ -229,6 +229,56 @@ def plot_history(history: dict, *, keys: Sequence[str] = ("loss", "acc"), x: str
     return fig
 
 
+_CURVES = {"loss": "validation loss (no smoothing, no dropout)",
+           "train_loss": "training loss (smoothing and dropout on)"}
+
+
+def plot_learning_curves(runs: Sequence[dict], *, title: str | None = None):
+    """The validation curves of several runs of one recipe (seeds), as
+    ``benchmarks/real_corpus.py`` stores them: each run a dict of lists over the
+    validation steps, ``step``, ``bleu`` (greedy BLEU of validation sentences) and,
+    where measured, ``loss`` (teacher-forced validation loss) and ``train_loss``. Two
+    panels drawn with seaborn: the losses and the BLEU against the step, each line the
+    mean over runs in a band from the lowest to the highest. A validation loss that
+    turns up while the training loss still falls is over-fitting; both still falling
+    where the budget ends, under-fitting. Returns the Figure."""
+    import pandas as pd
+    import seaborn as sns
+
+    if isinstance(runs, dict) or not runs:
+        raise ValueError("runs must be a non-empty list of curves (dicts)")
+    rows = []
+    for number, run in enumerate(runs):
+        missing = [k for k in ("step", "bleu") if k not in run]
+        if missing:
+            raise ValueError(f"runs[{number}] has no {missing}; it has {sorted(run)}")
+        for key in ("bleu", *_CURVES):
+            values = run.get(key) or []
+            if values and len(values) != len(run["step"]):
+                raise ValueError(f"runs[{number}]: {len(values)} values of {key!r} for "
+                                 f"{len(run['step'])} steps")
+            rows += [dict(run=number, step=step, curve=_CURVES.get(key, key), value=v)
+                     for step, v in zip(run["step"], values) if v is not None]
+    frame = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    band = ("pi", 100)  # from the lowest run to the highest
+    losses = frame[frame.curve != "bleu"]
+    if len(losses):
+        sns.lineplot(losses, x="step", y="value", hue="curve", errorbar=band, marker="o",
+                     ax=axes[0])
+        axes[0].legend(fontsize=8)
+    axes[0].set_ylabel("loss (nats per token)")
+    sns.lineplot(frame[frame.curve == "bleu"], x="step", y="value", errorbar=band,
+                 marker="o", ax=axes[1])
+    axes[1].set_ylabel("validation BLEU (greedy)")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def _label_axes(ax, shape, row_labels, col_labels, xlabel, ylabel, title):
     rows, cols = shape
     if row_labels is not None:
