@@ -411,6 +411,11 @@ def test_real_corpus_results_file_says_what_it_measured():
         f"real_corpus_cpu.json is schema {results.get('schema')}: benchmarks/real_corpus.py "
         "writes schema 2 (the rows of schema 1 were measured on the old split)")
     check_real_corpus_results(results)
+    # the recipe the library ships is the one the file's final runs measured on test
+    for entry in results.get("final", []):
+        assert {k: entry["recipe"][k] for k in RECIPE} == RECIPE, entry["recipe"]
+    if results.get("final"):
+        assert {k: results["recipe"][k] for k in RECIPE} == RECIPE, results["recipe"]
 
 
 @pytest.mark.parametrize("words, expected", [
