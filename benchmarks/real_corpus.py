@@ -201,7 +201,7 @@ def run_one(recipe: dict, minutes: float, seed: int, device: str, cores: int, co
                steps=result.metrics["steps"], train_pairs=result.metrics["train_pairs"],
                vocab=result.metrics["vocab_size"],
                parameters=sum(p.numel() for p in result.model.parameters()),
-               train_wall_s=round(wall, 1), train_cpu_s=round(cpu_s, 1),
+               train_wall_s=round(wall, 3), train_cpu_s=round(cpu_s, 3),
                final_loss=round(history["loss"][-1], 4),
                valid_curve=learning_curve(history),
                load_before=[round(x, 2) for x in load_before],
