@@ -53,7 +53,7 @@ from transformer_lib.data import load_corpus
 from transformer_lib.translate.baselines import Retrieval, copy_source
 from transformer_lib.translate.evaluate import (evaluate, exact_match_rate,
                                                 normalise_for_match, paired_bootstrap, score)
-from transformer_lib.translate.pipeline import train_corpus
+from transformer_lib.translate.pipeline import learning_curve, train_corpus
 from transformer_lib.translate.presets import PRESETS, RECIPE
 from transformer_lib.translate.search import translate_texts
 
@@ -159,21 +159,6 @@ def _split_scores(model, pairs) -> tuple[dict, dict]:
                          short_total=result["exact_short"]["total"])
     out["signatures"] = dict(bleu=result["bleu_signature"], chrf=result["chrf_signature"])
     return out, hyps
-
-
-def learning_curve(history: dict) -> dict:
-    """The validation curve of a run: at each validation step, the greedy BLEU of 200
-    validation sentences, the teacher-forced loss of all of them (nats per token, no
-    label smoothing) and the mean training loss since the previous validation (with
-    label smoothing and dropout, as trained)."""
-    steps = list(history.get("valid_step", []))
-    train, since = [], 0
-    for step in steps:
-        window = [loss for s, loss in zip(history["step"], history["loss"]) if since < s <= step]
-        train.append(round(sum(window) / len(window), 4) if window else None)
-        since = step
-    return dict(step=steps, bleu=[round(b, 2) for b in history.get("valid_bleu", [])],
-                loss=[round(x, 4) for x in history.get("valid_loss", [])], train_loss=train)
 
 
 def run_one(recipe: dict, minutes: float, seed: int, device: str, cores: int, corpus, *,

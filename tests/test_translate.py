@@ -18,7 +18,7 @@ from transformer_lib.stopping import StopFlag
 from transformer_lib.translate import checkpoints
 from transformer_lib.translate.__main__ import main
 from transformer_lib.translate.evaluate import exact_matches, score, teacher_forced_loss
-from transformer_lib.translate.pipeline import train_corpus
+from transformer_lib.translate.pipeline import learning_curve, train_corpus
 from transformer_lib.translate.presets import RECIPE
 from transformer_lib.translate.search import translate_texts
 from transformer_lib.translate.translator import build_translator
@@ -179,6 +179,14 @@ def test_teacher_forced_loss_is_the_cross_entropy_of_the_references():
     losses = trained.history["valid_loss"]
     assert len(losses) == len(trained.history["valid_step"]) == 3, trained.history
     assert losses[-1] < losses[0]
+    # the curve the benchmark stores and the chapter plots: one entry per validation, the
+    # training loss the mean of the logged losses since the previous validation
+    curve = learning_curve(trained.history)
+    assert curve["step"] == trained.history["valid_step"]
+    assert curve["loss"] == [round(x, 4) for x in losses]
+    h = trained.history
+    first = [loss for s, loss in zip(h["step"], h["loss"]) if s <= curve["step"][0]]
+    assert curve["train_loss"][0] == pytest.approx(sum(first) / len(first), abs=1e-4)
     with pytest.raises(ValueError, match="at least one pair"):
         teacher_forced_loss(model, [])
 

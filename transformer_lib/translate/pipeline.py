@@ -400,6 +400,23 @@ def train_corpus(corpus, *, steps: int | None = None, max_seconds: float | None 
     return CorpusResult(model, done.history, metrics, done.training, done.stopped, recipe)
 
 
+def learning_curve(history: dict) -> dict:
+    """The validation curve of a run, from its history (``valid_every``): at each
+    validation step, the greedy BLEU of the ``valid_size`` validation sentences, the
+    teacher-forced loss of all of them (nats per token, no label smoothing) and the mean
+    training loss since the previous validation (with label smoothing and dropout, as
+    trained). What ``viz.plot_learning_curves`` draws."""
+    steps = list(history.get("valid_step", []))
+    train, since = [], 0
+    for step in steps:
+        window = [loss for s, loss in zip(history["step"], history["loss"])
+                  if since < s <= step]
+        train.append(round(sum(window) / len(window), 4) if window else None)
+        since = step
+    return dict(step=steps, bleu=[round(b, 2) for b in history.get("valid_bleu", [])],
+                loss=[round(x, 4) for x in history.get("valid_loss", [])], train_loss=train)
+
+
 _WORD = re.compile(r"\w+")
 
 
