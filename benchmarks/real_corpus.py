@@ -26,7 +26,9 @@ Research hygiene (``/work/shared/design.md``):
   scored once on validation and test: no choice depends on them.
 - Every run is also scored on 30 everyday sentences written for this project
   (``benchmarks/data/everyday_de_en.tsv``): chrF and exact matches ignoring case and
-  punctuation. A report of what the model does with plain speech, not a choice set.
+  punctuation, and the model's translations of them (the sentences are ours; a results
+  file never holds Ding's sentences or translations of them). A report of what the
+  model does with plain speech, not a choice set.
 
 Each run trains ``python -m transformer_lib.translate train``'s recipe (``RECIPE`` in
 ``transformer_lib/translate/presets.py``, with the ``--set`` overrides) on the Ding
@@ -104,13 +106,15 @@ def in_training(everyday, corpus) -> list[str]:
 
 def score_everyday(model, pairs=None, beam_size: int = 1) -> dict:
     """chrF and exact matches (``exact_match_rate``: case, punctuation and spacing
-    ignored; any reference) of ``model`` on the everyday sentences."""
+    ignored; any reference) of ``model`` on the everyday sentences, and its
+    translations of them (in the file's order). The sentences are the project's own, so
+    a results file may keep what the model made of them; it never keeps Ding's."""
     pairs = load_everyday() if pairs is None else pairs
     hyps = translate_texts(model, [s for s, _ in pairs], beam_size)
     streams = reference_streams_of(pairs)
     scores, exact = score(hyps, streams), exact_match_rate(hyps, streams)
     return dict(chrf=round(scores["chrf"], 2), exact=exact["count"], total=exact["total"],
-                chrf_signature=scores["chrf_signature"])
+                chrf_signature=scores["chrf_signature"], translations=list(hyps))
 
 
 def _rounded(scores: dict) -> dict:

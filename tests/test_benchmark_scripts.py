@@ -197,6 +197,8 @@ def test_real_corpus_scores_validation_and_never_test_unless_final(real_corpus, 
     for search in ("greedy", "beam4"):
         assert 0 <= row["valid"][search]["bleu"] <= 100
         assert row["everyday"][search]["total"] == 30
+        translations = row["everyday"][search]["translations"]
+        assert len(translations) == 30 and all(isinstance(t, str) for t in translations)
     assert row["valid"]["signatures"]["bleu"].startswith("nrefs:1|case:mixed")
     # the baselines, once per file, on both splits (they choose nothing)
     for name in ("copy", "retrieval"):
