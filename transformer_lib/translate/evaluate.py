@@ -23,6 +23,7 @@ from contextlib import contextmanager
 import torch
 
 from ..data.batching import pad_sequences
+from ..loss import masked_cross_entropy
 from .search import translate_texts
 
 
@@ -48,10 +49,10 @@ def teacher_forced_loss(model, pairs, batch_size: int = 64) -> float:
             tgt = pad_sequences(targets[start:start + batch_size], tok.pad_id).to(device)
             logits = model(src, tgt[:, :-1])  # (B, Lt - 1, V)
             gold = tgt[:, 1:]  # (B, Lt - 1)
-            total += torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1).float(), gold.flatten(), ignore_index=tok.pad_id,
-                reduction="sum").item()
-            count += int((gold != tok.pad_id).sum())
+            tokens = int((gold != tok.pad_id).sum())
+            # chapter 9's loss: the mean over real tokens, back to a sum for the batch
+            total += masked_cross_entropy(logits.float(), gold, tok.pad_id).item() * tokens
+            count += tokens
     finally:
         model.train(was_training)
     return total / count
