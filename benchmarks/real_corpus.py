@@ -53,6 +53,7 @@ import torch
 
 from transformer_lib.data import load_corpus
 from transformer_lib.translate.baselines import Retrieval, copy_source
+from transformer_lib.translate.everyday import load_everyday as read_everyday
 from transformer_lib.translate.evaluate import (evaluate, exact_match_rate,
                                                 normalise_for_match, paired_bootstrap, score)
 from transformer_lib.translate.pipeline import learning_curve, train_corpus
@@ -74,19 +75,9 @@ TRAIN_KEYS = ("preset", "vocab_size", "extra_pairs", "batch_size", "lr_factor", 
 
 
 def load_everyday(path: str = EVERYDAY) -> list[tuple[str, list[str]]]:
-    """The everyday sentences: (German, [one or two English references]); lines that
-    start with # are comments."""
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip() or line.startswith("#"):
-                continue
-            source, *references = line.split("\t")
-            if not references or not all(r.strip() for r in references):
-                raise ValueError(f"{path}:{number}: expected German<TAB>English[<TAB>English]")
-            pairs.append((source, references))
-    return pairs
+    """The everyday sentences: (German, [one or two English references]), read by the
+    library's ``parse_everyday`` (comments and blank lines skipped)."""
+    return read_everyday(path)
 
 
 def reference_streams_of(pairs) -> list[list]:

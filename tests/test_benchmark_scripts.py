@@ -235,3 +235,24 @@ def test_everyday_sentences_are_thirty_and_not_from_the_dictionary(real_corpus):
     assert all(2 <= len(s.split()) <= 8 for s, _ in pairs)
     header = (ROOT / "benchmarks" / "data" / "everyday_de_en.tsv").read_text().split("\n")[0]
     assert "written for The Tested Transformer" in header
+
+
+def test_everyday_file_is_read_by_the_library_and_bad_lines_name_their_place(tmp_path):
+    from transformer_lib.translate import load_everyday, parse_everyday
+
+    text = "# ours\n\nIch bin müde.\tI am tired.\tI'm tired.\nDanke.\tThanks.\n"
+    assert parse_everyday(text) == [("Ich bin müde.", ["I am tired.", "I'm tired."]),
+                                    ("Danke.", ["Thanks."])]
+    for bad, line in (("Danke.\n", 1), ("# c\nDanke.\t\n", 2), ("\tThanks.\n", 1),
+                      ("Ja.\tYes.\tYes.\nNein.\tNo.\t \n", 2)):
+        with pytest.raises(ValueError, match=f"everyday sentences:{line}: expected"):
+            parse_everyday(bad)
+    with pytest.raises(TypeError, match="file's content"):
+        parse_everyday(b"Danke.\tThanks.")
+    path = tmp_path / "mine.tsv"
+    path.write_text("Danke.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="mine.tsv:1"):
+        load_everyday(path)
+    # the benchmark, the chapter and the tests read the project's file through it
+    shipped = ROOT / "benchmarks" / "data" / "everyday_de_en.tsv"
+    assert load_everyday(shipped) == parse_everyday(shipped.read_text(encoding="utf-8"))

@@ -160,10 +160,10 @@ def _without_our_sentences(text: str) -> str:
     """``text`` less the project's own everyday sentences (German and references, MIT):
     where Ding happens to hold the same words ("Wie spät ist es?"), printing ours quotes
     nothing of Ding's."""
-    ours = []
-    for line in EVERYDAY.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("#"):
-            ours += line.split("\t")
+    from transformer_lib.translate.everyday import load_everyday
+
+    ours = [text for german, references in load_everyday(EVERYDAY)
+            for text in (german, *references)]
     for sentence in sorted(ours, key=len, reverse=True):
         text = text.replace(sentence, " ")
     return text

@@ -9,12 +9,14 @@ train|translate|evaluate``.
 - ``evaluate``: sacreBLEU's BLEU and chrF on a split, with their signatures, and the
   paired bootstrap that compares two systems;
 - ``baselines``: what a model must beat: copy the source, retrieve the nearest training pair;
-- ``checkpoints``: safe reading, and the average of the last K checkpoints (paper 6.1).
+- ``checkpoints``: safe reading, and the average of the last K checkpoints (paper 6.1);
+- ``everyday``: the project's own everyday test sentences, read and checked.
 """
 from .baselines import Retrieval, copy_source
 from .checkpoints import average_checkpoints, average_state_dicts, load_translator, save_translator
 from .evaluate import (bootstrap_interval, evaluate, exact_matches, paired_bootstrap, report,
                        score)
+from .everyday import load_everyday, parse_everyday
 from .pipeline import CorpusResult, train_corpus, train_cpu_budget
 from .presets import PRESETS, RECIPE
 from .search import translate_texts
@@ -22,6 +24,6 @@ from .translator import Translator, build_translator
 
 __all__ = ["PRESETS", "RECIPE", "CorpusResult", "Retrieval", "Translator",
            "average_checkpoints", "average_state_dicts", "bootstrap_interval",
-           "build_translator", "copy_source", "evaluate", "exact_matches", "load_translator",
-           "paired_bootstrap", "report", "save_translator", "score", "train_corpus",
-           "train_cpu_budget", "translate_texts"]
+           "build_translator", "copy_source", "evaluate", "exact_matches", "load_everyday",
+           "load_translator", "paired_bootstrap", "parse_everyday", "report",
+           "save_translator", "score", "train_corpus", "train_cpu_budget", "translate_texts"]
