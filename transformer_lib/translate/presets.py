@@ -18,10 +18,11 @@ same recipe scores no higher on test (3 seeds): its validation loss is lowest ne
 3,000 and rises after. A second search at 10 minutes tried more regularisation (dropout
 0.2, word dropout 0.1, label smoothing 0.2, BPE-dropout 0.1) and other batch sizes and
 vocabularies: the regularisers keep the validation loss falling to the end, but none
-scored above the recipe's seeds by more than the noise in 10 minutes (vocabulary 8,000 and
-batches of 128 came closest: BLEU a little above, chrF within), so the recipe stays. At 30 minutes
-dropout 0.2 scored about one BLEU and one chrF point above the recipe on validation (one
-seed, not yet on test): for long runs, ``dropout=0.2`` is the setting to try first.
+scored above the recipe's seeds by more than the noise in 10 minutes (vocabulary 8,000
+and batches of 128 came closest: BLEU a little above, chrF within), so the recipe stays.
+At 30 minutes dropout 0.2 scored about one BLEU and one chrF point above the recipe on
+validation (one seed, not yet on test): for long runs, ``dropout=0.2`` is the setting to
+try first.
 The knobs it searches are arguments of ``train_corpus``, off by default.
 """
 from __future__ import annotations
